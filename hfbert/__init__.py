@@ -6,6 +6,7 @@ marks them for remote code, so ``save_pretrained`` writes ``auto_map`` and copie
 
 from transformers import (
     AutoConfig,
+    AutoTokenizer,
     AutoModel,
     AutoModelForMaskedLM,
     AutoModelForMultipleChoice,
@@ -29,6 +30,7 @@ from .modeling_hfbert import (
     HfBertModel,
     HfBertPreTrainedModel,
 )
+from .tokenization import HfBertTokenizer, bert_tokenizer_from_vocab, tokenize_dataset, train_wordpiece
 
 __version__ = "0.1.0"
 
@@ -48,6 +50,7 @@ def _register() -> None:
     """Idempotent: registering twice (re-import, importlib.reload) changes nothing."""
     AutoConfig.register(HfBertConfig.model_type, HfBertConfig, exist_ok=True)
     HfBertConfig.register_for_auto_class()
+    AutoTokenizer.register(HfBertConfig, tokenizer_class=HfBertTokenizer, exist_ok=True)
     for auto_class, model_class in _AUTO_CLASSES.items():
         auto_class.register(HfBertConfig, model_class, exist_ok=True)
         model_class.register_for_auto_class(auto_class.__name__)
@@ -67,4 +70,8 @@ __all__ = [
     "HfBertForMultipleChoice",
     "HfBertForTokenClassification",
     "HfBertForQuestionAnswering",
+    "HfBertTokenizer",
+    "train_wordpiece",
+    "bert_tokenizer_from_vocab",
+    "tokenize_dataset",
 ]

@@ -1,0 +1,621 @@
+"""WordPiece vocabulary training and the original BERT tokenizer, as a Hugging Face pipeline.
+
+Google published the BERT tokenizer (BasicTokenizer + greedy longest-match-first WordPiece) but no code to
+learn a vocabulary.  This module learns one with the `tokenizers` library and wraps it in a transformers fast
+tokenizer (:class:`HfBertTokenizer`, a :class:`transformers.BertTokenizer`) that ``save_pretrained`` writes in
+Hub format and ``AutoTokenizer.from_pretrained`` reloads offline.
+
+Vocabulary layout (fixed, whatever ``num_unused`` is)::
+
+    0 [PAD]   1 [UNK]   2 [CLS]   3 [SEP]   4 [MASK]   5.. [unused0] .. [unused{num_unused-1}]
+    then the alphabet (single characters and their "##" forms), then learned sub-words in merge order.
+
+This is transformers' own ``BertTokenizer()`` default layout; it differs from Google's released vocabularies
+([PAD], [unused0..98], [UNK]=100, [CLS]=101, ...), which :func:`bert_tokenizer_from_vocab` loads unchanged.
+
+Where the stock `tokenizers` BERT pipeline differs from Google's published algorithm, the pipeline built
+here follows Google:
+
+* ``max_input_chars_per_word`` defaults to 200 (Google) instead of 100 (`tokenizers`).
+* Text cleaning drops only NUL, U+FFFD and Unicode Cc/Cf characters (Google); `tokenizers`' BertNormalizer
+  also drops private-use (Co) and unassigned (Cn) code points, which Google keeps (and maps to [UNK]).
+* Lower-casing applies the Greek final-sigma rule as Python's ``str.lower`` does (ΟΔΟΣ -> οδος);
+  `tokenizers` lower-cases character by character (-> οδοσ).
+* CJK Extension E (U+2B820..U+2B91F) is split character by character as in Google's ranges; `tokenizers`
+  starts that range at U+2B920.
+* Punctuation splitting and accent stripping use current Unicode classes (P*, Mn) through Oniguruma
+  regexes; `tokenizers`' own tables are several Unicode versions old (e.g. U+2E52 is not split there).
+
+Remaining, deliberate differences: special tokens written in the raw text ("[MASK]") are kept whole, as
+everywhere in transformers (Google splits them into "[", "mask", "]"); the final-sigma rule does not look
+back across case-ignorable characters (Python turns "Α'Σ" into "α'ς", this pipeline into "α'σ"); and
+characters assigned or re-classified after the Unicode version of the running Python can be classed
+differently (Oniguruma's and Rust's tables are newer than Python 3.11's Unicode 14).
+
+Reproducibility: the `tokenizers` trainer breaks ties between equally frequent merges in hash order, which
+changes from process to process, so two runs on the same corpus agree on the alphabet and nearly all
+sub-words but may differ in the order (ids) of learned sub-words and in the last few, equally rare, entries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers, trainers
+from tokenizers.models import WordPiece
+from transformers import BertTokenizer
+
+__all__ = [
+    "SPECIAL_TOKENS",
+    "HfBertTokenizer",
+    "bert_tokenizer_from_vocab",
+    "load_vocab",
+    "main",
+    "tokenize_dataset",
+    "train_wordpiece",
+]
+
+#: The special tokens, in id order: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
+SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+GOOGLE_MAX_INPUT_CHARS_PER_WORD = 200
+
+# Google's CJK ranges include Extension E from U+2B820; the `tokenizers` table starts it at U+2B920.
+_CJK_EXTENSION_E_GAP = "[\U0002b820-\U0002b91f]"
+# Python's str.lower() turns a capital sigma that ends a word into the final form.
+_FINAL_SIGMA = r"(?<=\p{Cased})Σ(?!\p{Case_Ignorable}*\p{Cased})"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The BERT pipeline
+
+
+def build_normalizer(
+    *, lowercase: bool, strip_accents: bool | None, handle_chinese_chars: bool
+) -> normalizers.Normalizer:
+    """Google's BasicTokenizer text normalisation, expressed with `tokenizers` normalizers.
+
+    Cleaning and accent stripping use regex classes (Oniguruma's Unicode tables) instead of BertNormalizer's
+    built-in ones: those also delete private-use and unassigned characters, which Google keeps, and their
+    mark table is several Unicode versions old.  Order as in Google: clean, space CJK, lower-case, strip.
+    """
+    do_strip = lowercase if strip_accents is None else strip_accents
+    steps: list[normalizers.Normalizer] = [
+        # \t \n \r are Cc but count as whitespace; every Zs (NBSP, U+3000, ...) becomes a plain space.
+        normalizers.Replace(Regex(r"[\t\n\r\p{Zs}]"), " "),
+        normalizers.Replace(Regex(r"[\p{Cc}\p{Cf}\x{FFFD}]"), ""),
+    ]
+    if lowercase:
+        steps.append(normalizers.Replace(Regex(_FINAL_SIGMA), "ς"))
+    steps.append(
+        normalizers.BertNormalizer(
+            clean_text=False, handle_chinese_chars=handle_chinese_chars, strip_accents=False, lowercase=lowercase
+        )
+    )
+    if do_strip:
+        steps += [normalizers.NFD(), normalizers.Replace(Regex(r"\p{Mn}"), "")]
+    return normalizers.Sequence(steps)
+
+
+def build_pre_tokenizer(*, handle_chinese_chars: bool) -> pre_tokenizers.PreTokenizer:
+    """Whitespace + punctuation split (BertPreTokenizer), completed with what its old Unicode tables miss.
+
+    The extra split isolates every Unicode P* character (BertPreTokenizer's table predates e.g. U+2E52) and,
+    with CJK handling on, the CJK Extension E ideographs `tokenizers` does not space out.
+    """
+    extra = r"\p{P}" + (_CJK_EXTENSION_E_GAP[1:-1] if handle_chinese_chars else "")
+    # Split first: one regex scan over the whole text is cheaper than one per (single-character CJK) word.
+    return pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(f"[{extra}]"), behavior="isolated"), pre_tokenizers.BertPreTokenizer()]
+    )
+
+
+class HfBertTokenizer(BertTokenizer):
+    """A :class:`transformers.BertTokenizer` whose backend follows Google's published algorithm.
+
+    It adds ``max_input_chars_per_word`` (saved in ``tokenizer_config.json``) and replaces the backend's
+    normalizer and pre-tokenizer with :func:`build_normalizer` / :func:`build_pre_tokenizer`.  A directory it
+    saves reloads as this class when ``hfbert`` is imported, and as transformers' generic
+    ``TokenizersBackend`` (which reads ``tokenizer.json`` verbatim, so the encodings are the same) when not.
+    """
+
+    def __init__(
+        self,
+        vocab: dict[str, int] | None = None,
+        do_lower_case: bool = True,
+        tokenize_chinese_chars: bool = True,
+        strip_accents: bool | None = None,
+        max_input_chars_per_word: int = GOOGLE_MAX_INPUT_CHARS_PER_WORD,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(max_input_chars_per_word, bool) or not isinstance(max_input_chars_per_word, int):
+            raise TypeError(f"max_input_chars_per_word must be an int, got {max_input_chars_per_word!r}")
+        if max_input_chars_per_word < 1:
+            raise ValueError(f"max_input_chars_per_word must be >= 1, got {max_input_chars_per_word}")
+        self.max_input_chars_per_word = max_input_chars_per_word
+        # Saved in tokenizer_config.json so that the generic TokenizersBackend fallback also returns segment ids.
+        kwargs.setdefault("model_input_names", list(self.model_input_names))
+        super().__init__(
+            vocab=vocab,
+            do_lower_case=do_lower_case,
+            tokenize_chinese_chars=tokenize_chinese_chars,
+            strip_accents=strip_accents,
+            max_input_chars_per_word=max_input_chars_per_word,
+            **kwargs,
+        )
+        backend = self._tokenizer
+        backend.normalizer = build_normalizer(
+            lowercase=do_lower_case, strip_accents=strip_accents, handle_chinese_chars=tokenize_chinese_chars
+        )
+        backend.pre_tokenizer = build_pre_tokenizer(handle_chinese_chars=tokenize_chinese_chars)
+        backend.model.max_input_chars_per_word = max_input_chars_per_word
+
+    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str]:
+        """Write ``vocab.txt`` (one token per line, line number = id), Google's and transformers 4's format."""
+        vocab = self.get_vocab()
+        tokens = sorted(vocab, key=vocab.__getitem__)
+        if [vocab[t] for t in tokens] != list(range(len(tokens))):
+            raise ValueError("the vocabulary ids are not contiguous from 0; vocab.txt cannot represent them")
+        name = (filename_prefix + "-" if filename_prefix else "") + "vocab.txt"
+        path = os.path.join(save_directory, name)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.writelines(token + "\n" for token in tokens)
+        return (path,)
+
+    def _save_pretrained(
+        self,
+        save_directory: str | os.PathLike[str],
+        file_names: tuple[str, ...],
+        legacy_format: bool | None = None,
+        filename_prefix: str | None = None,
+    ) -> tuple[str, ...]:
+        """tokenizer.json (the exact pipeline) plus vocab.txt and special_tokens_map.json for older readers."""
+        saved = super()._save_pretrained(save_directory, file_names, legacy_format, filename_prefix)
+        vocab_file = self.save_vocabulary(str(save_directory), filename_prefix)
+        specials = {name: str(value) for name, value in self.special_tokens_map.items() if value is not None}
+        specials_file = os.path.join(
+            str(save_directory), (filename_prefix + "-" if filename_prefix else "") + "special_tokens_map.json"
+        )
+        with open(specials_file, "w", encoding="utf-8") as handle:
+            json.dump(specials, handle, indent=2, sort_keys=True)
+        return (*saved, *vocab_file, specials_file)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Loading an existing vocab.txt
+
+
+def load_vocab(path: str | os.PathLike[str]) -> dict[str, int]:
+    """Read a BERT ``vocab.txt`` (one token per line, id = line number) into a dict.
+
+    Lines are stripped as in Google's loader; a duplicated token is an error because it would silently shift
+    every later id.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"vocabulary file not found: {path}")
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not valid UTF-8 (byte {err.start}): {err.reason}") from err
+    if lines and lines[-1] == "":
+        lines.pop()
+    vocab: dict[str, int] = {}
+    for index, line in enumerate(lines):
+        token = line.strip()
+        if token in vocab:
+            raise ValueError(f"{path}: token {token!r} on line {index + 1} already on line {vocab[token] + 1}")
+        vocab[token] = index
+    if not vocab:
+        raise ValueError(f"vocabulary file is empty: {path}")
+    return vocab
+
+
+def bert_tokenizer_from_vocab(
+    path: str | os.PathLike[str],
+    *,
+    lowercase: bool = True,
+    strip_accents: bool | None = None,
+    handle_chinese_chars: bool = True,
+    max_input_chars_per_word: int = GOOGLE_MAX_INPUT_CHARS_PER_WORD,
+    model_max_length: int = 512,
+) -> HfBertTokenizer:
+    """An :class:`HfBertTokenizer` over an existing ``vocab.txt`` (e.g. Google's), ids unchanged.
+
+    ``strip_accents=None`` strips accents exactly when lower-casing, as the original BERT does.
+    """
+    vocab = load_vocab(path)
+    missing = [tok for tok in SPECIAL_TOKENS if tok not in vocab]
+    if missing:
+        raise ValueError(f"{path} lacks the special tokens {missing}")
+    return HfBertTokenizer(
+        vocab=vocab,
+        do_lower_case=lowercase,
+        strip_accents=strip_accents,
+        tokenize_chinese_chars=handle_chinese_chars,
+        max_input_chars_per_word=max_input_chars_per_word,
+        model_max_length=model_max_length,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Corpus reading
+
+
+@dataclass
+class _CorpusStats:
+    """What the training iterator saw: used to refuse an empty corpus and to report decode replacements."""
+
+    texts: int = 0
+    non_blank: int = 0
+    chars: int = 0
+    replaced_bytes: int = 0
+
+
+def _check_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    files = [Path(p) for p in paths]
+    if not files:
+        raise ValueError("the list of corpus files is empty")
+    for f in files:
+        if not f.is_file():
+            raise FileNotFoundError(f"corpus file not found: {f}")
+    return files
+
+
+def _iter_files(files: list[Path], on_decode_error: str, stats: _CorpusStats, batch: int) -> Iterator[list[str]]:
+    for f in files:
+        raw = f.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            if on_decode_error == "raise":
+                raise ValueError(
+                    f"{f} is not valid UTF-8 (byte {err.start}: {err.reason}); fix the file or pass "
+                    "on_decode_error='replace' to replace undecodable bytes with U+FFFD, which BERT then drops"
+                ) from err
+            text = raw.decode("utf-8", errors="replace")
+            stats.replaced_bytes += text.count("\ufffd") - raw.count("\ufffd".encode())
+        lines = text.splitlines()
+        for start in range(0, len(lines), batch):
+            yield lines[start : start + batch]
+
+
+def _iter_dataset(corpus: Any, text_column: str, batch: int) -> Iterator[list[str]]:
+    import datasets
+
+    columns = corpus.column_names
+    if columns is not None and text_column not in columns:
+        raise ValueError(f"text column {text_column!r} not in the dataset's columns {columns}")
+    if isinstance(corpus, datasets.Dataset):
+        for start in range(0, len(corpus), batch):
+            yield corpus[start : start + batch][text_column]
+    else:
+        for rows in corpus.iter(batch_size=batch):
+            yield rows[text_column]
+
+
+def _iter_strings(corpus: Iterable[Any], batch: int) -> Iterator[list[str]]:
+    buffer: list[str] = []
+    for item in corpus:
+        buffer.append(item)
+        if len(buffer) == batch:
+            yield buffer
+            buffer = []
+    if buffer:
+        yield buffer
+
+
+def _corpus_batches(
+    corpus: Any, text_column: str, on_decode_error: str, stats: _CorpusStats, batch: int = 1000
+) -> Iterator[list[str]]:
+    """Turn any supported corpus into batches of strings, validating and counting on the way."""
+    import datasets
+
+    if isinstance(corpus, (str, bytes, os.PathLike)):
+        raise TypeError(
+            "corpus must be a datasets.Dataset/IterableDataset, a list of file paths or an iterable of strings; "
+            f"got a single {type(corpus).__name__} (wrap one file path in a list)"
+        )
+    if isinstance(corpus, (datasets.Dataset, datasets.IterableDataset)):
+        source = _iter_dataset(corpus, text_column, batch)
+    elif _is_file_list(corpus):
+        source = _iter_files(_check_files(corpus), on_decode_error, stats, batch)
+    elif isinstance(corpus, Iterable):
+        source = _iter_strings(corpus, batch)
+    else:
+        raise TypeError(f"unsupported corpus type {type(corpus).__name__}")
+    for texts in source:
+        for text in texts:
+            if not isinstance(text, str):
+                raise TypeError(f"corpus items must be str, got {type(text).__name__}: {text!r:.60}")
+            stats.texts += 1
+            stats.chars += len(text)
+            stats.non_blank += bool(text.strip())
+        yield texts
+
+
+def _is_file_list(corpus: Any) -> bool:
+    """Whether a list/tuple is a list of files rather than a list of texts.
+
+    Path objects always mean files.  A list of ``str`` means files when its first item exists on disk or
+    looks like a path (a separator or a ``.txt`` suffix, and no spaces), so a mistyped file name is reported
+    as missing instead of being trained on as one line of text.  Pass a generator to force "texts".
+    """
+    if not isinstance(corpus, (list, tuple)) or not corpus:
+        return False
+    if all(isinstance(p, os.PathLike) for p in corpus):
+        return True
+    first = corpus[0]
+    if not isinstance(first, str):
+        return False
+    if os.path.isfile(first):
+        return True
+    return ("/" in first or os.sep in first or first.endswith(".txt")) and " " not in first.strip()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Training
+
+
+def _special_tokens(num_unused: int) -> list[str]:
+    return [*SPECIAL_TOKENS, *(f"[unused{i}]" for i in range(num_unused))]
+
+
+def _check_train_args(
+    vocab_size: int, min_frequency: int, num_unused: int, limit_alphabet: int | None, max_input_chars_per_word: int
+) -> None:
+    for name, value in (
+        ("vocab_size", vocab_size),
+        ("min_frequency", min_frequency),
+        ("num_unused", num_unused),
+        ("max_input_chars_per_word", max_input_chars_per_word),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {value!r}")
+    if num_unused < 0:
+        raise ValueError(f"num_unused must be >= 0, got {num_unused}")
+    if min_frequency < 1:
+        raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
+    if vocab_size <= len(SPECIAL_TOKENS) + num_unused:
+        raise ValueError(
+            f"vocab_size ({vocab_size}) must exceed the {len(SPECIAL_TOKENS)} special tokens + {num_unused} "
+            "[unused*] slots"
+        )
+    if max_input_chars_per_word < 1:
+        raise ValueError(f"max_input_chars_per_word must be >= 1, got {max_input_chars_per_word}")
+    if limit_alphabet is not None and limit_alphabet < 1:
+        raise ValueError(f"limit_alphabet must be >= 1 or None, got {limit_alphabet}")
+
+
+def _is_alphabet(token: str, prefix: str = "##") -> bool:
+    return len(token) == 1 or (token.startswith(prefix) and len(token) == len(prefix) + 1)
+
+
+def _fit_vocab_size(vocab: dict[str, int], vocab_size: int, num_specials: int, min_frequency: int) -> dict[str, int]:
+    """Return exactly ``vocab_size`` entries, or explain why the corpus cannot give that many.
+
+    The BPE-style trainer stops early when no pair reaches ``min_frequency`` and always keeps the whole
+    alphabet, so it can return fewer or more entries than asked.  Extra entries are the latest merges, the
+    rarest sub-words, and are dropped: WordPiece needs no merge closure, only the alphabet, to segment.
+    """
+    ordered = sorted(vocab, key=vocab.__getitem__)
+    alphabet = sum(_is_alphabet(tok) for tok in ordered[num_specials:])
+    floor = num_specials + alphabet
+    if vocab_size < floor:
+        raise ValueError(
+            f"vocab_size ({vocab_size}) is smaller than the special tokens ({num_specials}) + the corpus "
+            f"alphabet ({alphabet} characters and ## forms) = {floor}; raise vocab_size or set limit_alphabet"
+        )
+    if len(ordered) < vocab_size:
+        raise ValueError(
+            f"the corpus fills only {len(ordered)} of the {vocab_size} requested vocabulary entries "
+            f"({num_specials} special, {alphabet} alphabet, {len(ordered) - floor} learned at min_frequency="
+            f"{min_frequency}); use a larger corpus, a smaller vocab_size or a lower min_frequency"
+        )
+    # Keep the original order (specials, alphabet, merges); merges are kept until the budget is spent.
+    budget = vocab_size - floor
+    result: list[str] = []
+    for index, tok in enumerate(ordered):
+        if index < num_specials or _is_alphabet(tok):
+            result.append(tok)
+        elif budget > 0:
+            result.append(tok)
+            budget -= 1
+    assert len(result) == vocab_size
+    return {tok: i for i, tok in enumerate(result)}
+
+
+def _training_backend(
+    lowercase: bool, strip_accents: bool | None, handle_chinese_chars: bool, max_input_chars_per_word: int
+) -> Tokenizer:
+    backend = Tokenizer(WordPiece(unk_token="[UNK]", max_input_chars_per_word=max_input_chars_per_word))
+    backend.normalizer = build_normalizer(
+        lowercase=lowercase, strip_accents=strip_accents, handle_chinese_chars=handle_chinese_chars
+    )
+    backend.pre_tokenizer = build_pre_tokenizer(handle_chinese_chars=handle_chinese_chars)
+    return backend
+
+
+def train_wordpiece(
+    corpus: Any,
+    vocab_size: int = 30522,
+    *,
+    lowercase: bool = True,
+    strip_accents: bool | None = None,
+    handle_chinese_chars: bool = True,
+    min_frequency: int = 2,
+    num_unused: int = 0,
+    limit_alphabet: int | None = None,
+    max_input_chars_per_word: int = GOOGLE_MAX_INPUT_CHARS_PER_WORD,
+    text_column: str = "text",
+    on_decode_error: str = "raise",
+    show_progress: bool = False,
+    model_max_length: int = 512,
+) -> HfBertTokenizer:
+    """Learn a WordPiece vocabulary of exactly ``vocab_size`` entries and return the BERT tokenizer over it.
+
+    Args:
+        corpus: a ``datasets.Dataset`` / ``IterableDataset`` (column ``text_column``), a list of UTF-8 text
+            files (``Path`` objects, or strings that name existing files or look like paths), or any iterable
+            of strings (one text per item; a generator is always read as texts).
+        vocab_size: total size, specials and ``[unused*]`` included.  The corpus must be able to fill it:
+            otherwise a ``ValueError`` says how many entries it could give.
+        lowercase / strip_accents / handle_chinese_chars: the BasicTokenizer options; ``strip_accents=None``
+            strips exactly when lower-casing, as the original BERT does.
+        min_frequency: a pair must occur this often to be merged into a new sub-word.
+        num_unused: ``[unused0..]`` slots reserved after the specials (ids 5..), for tokens added later
+            without resizing the embeddings.
+        limit_alphabet: keep only this many most frequent characters (``None``: keep all, so Chinese and
+            Japanese text is not turned into [UNK]).
+        max_input_chars_per_word: longer words become one [UNK] (200 as in Google's code).
+        on_decode_error: ``"raise"`` (default) rejects a file that is not UTF-8, naming it; ``"replace"`` turns
+            undecodable bytes into U+FFFD (dropped by BERT's text cleaning) and warns with their count.
+        show_progress: draw the `tokenizers` progress bar (the CLI turns it on).
+        model_max_length: what ``truncation=True`` cuts to; 512 is BERT's number of learned positions.
+    """
+    _check_train_args(vocab_size, min_frequency, num_unused, limit_alphabet, max_input_chars_per_word)
+    if on_decode_error not in ("raise", "replace"):
+        raise ValueError(f"on_decode_error must be 'raise' or 'replace', got {on_decode_error!r}")
+    specials = _special_tokens(num_unused)
+    backend = _training_backend(lowercase, strip_accents, handle_chinese_chars, max_input_chars_per_word)
+    # The trainer's own default is "no limit"; it rejects an explicit None.
+    alphabet_limit = {} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=specials,
+        continuing_subword_prefix="##",
+        show_progress=show_progress,
+        **alphabet_limit,
+    )
+    stats = _CorpusStats()
+    backend.train_from_iterator(_corpus_batches(corpus, text_column, on_decode_error, stats), trainer=trainer)
+    if stats.non_blank == 0:
+        raise ValueError(f"the corpus is empty: {stats.texts} texts, none with non-whitespace characters")
+    if stats.replaced_bytes:
+        warnings.warn(
+            f"replaced {stats.replaced_bytes} undecodable byte sequence(s) with U+FFFD while reading the corpus",
+            stacklevel=2,
+        )
+    learned = backend.get_vocab()
+    if len(learned) <= len(specials):
+        raise ValueError("the corpus contains no characters that survive BERT's text cleaning")
+    vocab = _fit_vocab_size(learned, vocab_size, len(specials), min_frequency)
+    return HfBertTokenizer(
+        vocab=vocab,
+        do_lower_case=lowercase,
+        strip_accents=strip_accents,
+        tokenize_chinese_chars=handle_chinese_chars,
+        max_input_chars_per_word=max_input_chars_per_word,
+        model_max_length=model_max_length,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Tokenizing a dataset
+
+
+def _tokenize_batch(batch: dict[str, list], tokenizer: Any, text_column: str, add_special_tokens: bool) -> dict:
+    encoded = tokenizer(
+        batch[text_column],
+        add_special_tokens=add_special_tokens,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+    )
+    return {"input_ids": encoded["input_ids"]}
+
+
+def tokenize_dataset(
+    dataset: Any,
+    tokenizer: Any,
+    text_column: str = "text",
+    *,
+    num_proc: int | None = None,
+    batch_size: int = 1000,
+    add_special_tokens: bool = False,
+    keep_columns: bool = False,
+) -> Any:
+    """Add ``input_ids`` to every row with one batched ``Dataset.map`` (``num_proc`` worker processes).
+
+    Special tokens are off by default: pretraining builds [CLS] A [SEP] B [SEP] itself from per-line ids.
+    The text column (and every other column unless ``keep_columns``) is removed to keep the cache small.
+    """
+    import datasets
+
+    if not isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
+        raise TypeError(f"dataset must be a datasets.Dataset or IterableDataset, got {type(dataset).__name__}")
+    if dataset.column_names is not None and text_column not in dataset.column_names:
+        raise ValueError(f"text column {text_column!r} not in the dataset's columns {dataset.column_names}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    kwargs: dict[str, Any] = {
+        "batched": True,
+        "batch_size": batch_size,
+        "fn_kwargs": {"tokenizer": tokenizer, "text_column": text_column, "add_special_tokens": add_special_tokens},
+        "remove_columns": [text_column] if keep_columns else dataset.column_names,
+    }
+    if isinstance(dataset, datasets.Dataset):
+        if num_proc is not None and num_proc < 1:
+            raise ValueError(f"num_proc must be >= 1 or None, got {num_proc}")
+        kwargs.update(num_proc=num_proc, desc="Tokenizing")
+    elif num_proc not in (None, 1):
+        raise ValueError("num_proc is not supported for an IterableDataset (it is tokenized lazily)")
+    return dataset.map(_tokenize_batch, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# CLI: hfbert train-tokenizer
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hfbert train-tokenizer",
+        description="Learn a WordPiece vocabulary from text files and save a BERT tokenizer in Hub format.",
+    )
+    parser.add_argument("--input", nargs="+", required=True, help="UTF-8 text files, one text per line")
+    parser.add_argument("--vocab-size", type=int, required=True, help="total size, specials included")
+    parser.add_argument("--output", required=True, help="directory to write (created if missing)")
+    parser.add_argument("--cased", action="store_true", help="keep case (and, unless told otherwise, accents)")
+    accents = parser.add_mutually_exclusive_group()
+    accents.add_argument("--strip-accents", dest="strip_accents", action="store_true", default=None)
+    accents.add_argument("--no-strip-accents", dest="strip_accents", action="store_false")
+    parser.add_argument("--no-chinese-chars", action="store_true", help="do not split CJK ideographs")
+    parser.add_argument("--min-frequency", type=int, default=2)
+    parser.add_argument("--num-unused", type=int, default=0, help="[unused*] slots after the specials")
+    parser.add_argument("--limit-alphabet", type=int, default=None, help="default: keep every character")
+    parser.add_argument("--max-input-chars-per-word", type=int, default=GOOGLE_MAX_INPUT_CHARS_PER_WORD)
+    parser.add_argument("--replace-undecodable", action="store_true", help="replace bad UTF-8 instead of failing")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``hfbert train-tokenizer``: train, save, and print where the files went."""
+    args = _parser().parse_args(argv)
+    tokenizer = train_wordpiece(
+        [Path(p) for p in args.input],
+        vocab_size=args.vocab_size,
+        lowercase=not args.cased,
+        strip_accents=args.strip_accents,
+        handle_chinese_chars=not args.no_chinese_chars,
+        min_frequency=args.min_frequency,
+        num_unused=args.num_unused,
+        limit_alphabet=args.limit_alphabet,
+        max_input_chars_per_word=args.max_input_chars_per_word,
+        on_decode_error="replace" if args.replace_undecodable else "raise",
+        show_progress=not args.no_progress,
+    )
+    tokenizer.save_pretrained(args.output)
+    print(f"saved a {len(tokenizer)}-entry WordPiece tokenizer to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
