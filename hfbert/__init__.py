@@ -30,6 +30,8 @@ from .modeling_hfbert import (
     HfBertModel,
     HfBertPreTrainedModel,
 )
+from .convert import convert
+from .hub import load_any_bert, push_to_hub
 from .tokenization import HfBertTokenizer, bert_tokenizer_from_vocab, tokenize_dataset, train_wordpiece
 
 __version__ = "0.1.0"
@@ -74,4 +76,7 @@ __all__ = [
     "train_wordpiece",
     "bert_tokenizer_from_vocab",
     "tokenize_dataset",
+    "load_any_bert",
+    "push_to_hub",
+    "convert",
 ]

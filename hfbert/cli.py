@@ -11,6 +11,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("hfbert.pretrain:main", "pretrain a BERT (corpus -> vocabulary -> examples -> Hub-format folder)"),
     "train-tokenizer": ("hfbert.tokenization:main", "train a WordPiece vocabulary and save a BERT tokenizer"),
     "prepare": ("hfbert.data.cli:main", "build NSP/MLM pretraining examples as an Arrow dataset"),
+    "push": ("hfbert.hub:main", "push a saved model folder to the Hub (branch and tag supported)"),
     "convert": ("hfbert.convert:main", "convert between hfbert and stock transformers BERT folders"),
     "bench": ("hfbert.bench:main", "benchmark hfbert against transformers side by side"),
     "robustness": ("hfbert.robustness:main", "evaluate a fine-tuned model under bit-flip fault injection"),

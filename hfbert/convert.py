@@ -1,0 +1,336 @@
+"""Convert checkpoints both ways between hfbert folders and stock transformers BERT folders.
+
+hfbert's parameter names are transformers' ``BertFor*`` names, so a conversion is a change of config and class with
+the same tensors: the target class loads the source weights by name, every head (``cls.*`` MLM/NSP weights
+included), and a single missing or unused parameter is an error. A conversion refuses a folder whose weights do not
+cover the head it declares (no weight is ever invented or dropped), a setting the other side cannot express, and a
+tokenizer that disagrees with the config (vocabulary larger than ``vocab_size``, a special token missing,
+``pad_token_id`` not the [PAD] id). hfbert -> transformers -> hfbert reproduces every file byte for byte.
+
+    hfbert convert ./my-hfbert ./my-bert            # hfbert -> transformers (direction read from config.json)
+    hfbert convert ./bert-folder ./my-hfbert        # transformers -> hfbert
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .configuration_hfbert import HfBertConfig
+
+# The heads both sides provide, by class-name suffix ("" is the bare encoder: BertModel / HfBertModel).
+HEADS = (
+    "Model",
+    "ForPreTraining",
+    "ForMaskedLM",
+    "ForNextSentencePrediction",
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ForQuestionAnswering",
+    "ForMultipleChoice",
+)
+FLAVOURS = ("hfbert", "bert")
+_PREFIX = {"hfbert": "HfBert", "bert": "Bert"}
+_SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                   "mask_token": "[MASK]"}
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+# Written by the conversion itself (config, weights) or specific to one side (hfbert's remote code).
+_NOT_COPIED = {"config.json", "configuration_hfbert.py", "modeling_hfbert.py", *_WEIGHT_FILES}
+_CONSTANT_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+# Metadata that legitimately changes in a round trip.
+_VOLATILE_KEYS = {"transformers_version", "architectures", "model_type", "auto_map", "_name_or_path", "dtype"}
+
+
+def detect_flavour(config: Mapping[str, Any], source: str = "config") -> str:
+    """``"hfbert"`` or ``"bert"`` from a config dict's ``model_type``; anything else is a ``ValueError``."""
+    model_type = config.get("model_type")
+    if model_type not in FLAVOURS:
+        raise ValueError(
+            f"{source} has model_type {model_type!r}: hfbert loads and converts only 'hfbert' and 'bert' "
+            "checkpoints (a stock transformers BERT or a folder saved by hfbert)"
+        )
+    return model_type
+
+
+def head_of(config: Mapping[str, Any], head: str | None = None, source: str = "config") -> str:
+    """The head suffix (e.g. ``"ForMaskedLM"``): ``head`` if given, else read from ``architectures``."""
+    if head is None:
+        archs = config.get("architectures") or []
+        if len(archs) != 1:
+            raise ValueError(
+                f"{source} lists architectures {archs!r}; pass the head explicitly (one of {', '.join(HEADS)})"
+            )
+        head = archs[0]
+        for prefix in _PREFIX.values():
+            if head.startswith(prefix):
+                head = head[len(prefix):]
+                break
+    head = head.removeprefix("HfBert").removeprefix("Bert")
+    if head not in HEADS:
+        raise ValueError(f"{source}: head {head!r} is not supported; expected one of {', '.join(HEADS)}")
+    return head
+
+
+def model_class(flavour: str, head: str) -> type:
+    """The class implementing ``head`` on one side: ``transformers.BertForX`` or ``hfbert.HfBertForX``."""
+    if flavour == "bert":
+        import transformers
+
+        return getattr(transformers, f"Bert{head}")
+    from . import modeling_hfbert
+
+    return getattr(modeling_hfbert, f"HfBert{head}")
+
+
+def read_config(folder: str | Path) -> dict[str, Any]:
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} has no config.json: it is not a saved model folder")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from err
+
+
+# --- tokenizer checks ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """What a conversion must not change: the vocabulary's size and the id of every special token."""
+
+    size: int
+    max_id: int
+    special_ids: dict[str, int]
+
+
+def _token_text(value: Any) -> str | None:
+    return value.get("content") if isinstance(value, dict) else value
+
+
+def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
+    """The vocabulary of a saved BERT tokenizer (``vocab.txt`` or ``tokenizer.json``); None if the folder has none."""
+    folder = Path(folder)
+    vocab: dict[str, int] = {}
+    if (folder / "tokenizer.json").is_file():
+        data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+        model_vocab = (data.get("model") or {}).get("vocab")
+        if not isinstance(model_vocab, dict):
+            raise ValueError(f"{folder / 'tokenizer.json'} is not a WordPiece tokenizer (no vocab mapping)")
+        vocab.update(model_vocab)
+        vocab.update({t["content"]: t["id"] for t in data.get("added_tokens", [])})
+    elif (folder / "vocab.txt").is_file():
+        lines = (folder / "vocab.txt").read_text(encoding="utf-8").split("\n")
+        # stripped, as Google's loader (and hfbert.tokenization.load_vocab) reads it
+        vocab = {token.strip(): i for i, token in enumerate(lines[:-1] if lines and lines[-1] == "" else lines)}
+    else:
+        return None
+    names = dict(_SPECIAL_TOKENS)
+    for meta in ("special_tokens_map.json", "tokenizer_config.json"):
+        if (folder / meta).is_file():
+            data = json.loads((folder / meta).read_text(encoding="utf-8"))
+            names.update({key: _token_text(data[key]) for key in _SPECIAL_TOKENS if data.get(key) is not None})
+    missing = {key: token for key, token in names.items() if token not in vocab}
+    if missing:
+        raise ValueError(f"the tokenizer in {folder} lacks special tokens {missing} in its vocabulary")
+    return TokenizerInfo(len(vocab), max(vocab.values()), {key: vocab[token] for key, token in names.items()})
+
+
+def check_tokenizer(info: TokenizerInfo | None, config: Mapping[str, Any], source: str) -> None:
+    """The tokenizer must produce only ids the embedding table has, and [PAD] must be the config's pad id."""
+    if info is None:
+        return
+    vocab_size = config.get("vocab_size")
+    if info.max_id >= vocab_size:
+        raise ValueError(
+            f"{source}: the tokenizer has {info.size} tokens (largest id {info.max_id}) but the model's vocab_size is "
+            f"{vocab_size}: ids >= {vocab_size} would fall outside the embedding table"
+        )
+    pad_id = config.get("pad_token_id")
+    if pad_id is not None and pad_id != info.special_ids["pad_token"]:
+        raise ValueError(
+            f"{source}: config pad_token_id is {pad_id} but the tokenizer's pad token has id "
+            f"{info.special_ids['pad_token']}"
+        )
+
+
+# --- configs -------------------------------------------------------------------------------------------------------
+def _comparable(config: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in config.items() if k not in _VOLATILE_KEYS}
+    if out.get("hidden_act") == "gelu_tanh":
+        out["hidden_act"] = "gelu_new"  # the same function under transformers' name
+    return out
+
+
+def hfbert_to_bert_config(config: Mapping[str, Any], head: str):
+    """A transformers ``BertConfig`` equal in every value; refuses hfbert options BERT cannot express."""
+    hf_config = HfBertConfig.from_dict(dict(config))
+    bert_config = hf_config.to_bert_config()
+    back = HfBertConfig.from_bert_config(bert_config).to_dict()
+    before, after = _comparable(hf_config.to_dict()), _comparable(back)
+    lost = {k: before[k] for k in before if k not in after or after[k] != before[k]}
+    if lost:
+        raise ValueError(f"these hfbert settings have no transformers BertConfig equivalent: {lost}")
+    bert_config.architectures = [f"Bert{head}"]
+    bert_config.dtype = hf_config.dtype
+    return bert_config
+
+
+# BertConfig options that change the network but that the original BERT (hence hfbert) does not have.
+_BERT_ONLY = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
+
+
+def bert_to_hfbert_config(config: Mapping[str, Any], head: str):
+    """The equivalent ``HfBertConfig``; refuses BERT variants the original BERT does not have."""
+    unsupported = {k: config[k] for k, default in _BERT_ONLY.items() if config.get(k, default) != default}
+    if unsupported:
+        raise ValueError(f"these BERT settings have no hfbert equivalent (the original BERT has none): {unsupported}")
+
+    # transformers' "gelu_new" is hfbert's "gelu_tanh" (hfbert -> BERT writes it that way), so both round trips
+    # reproduce the config byte for byte.
+    overrides = {"hidden_act": "gelu_tanh"} if config.get("hidden_act") == "gelu_new" else {}
+    hf_config = HfBertConfig.from_bert_config(dict(config), **overrides)
+    hf_config.architectures = [f"HfBert{head}"]
+    hf_config.dtype = config.get("dtype") or config.get("torch_dtype")
+    return hf_config
+
+
+# --- conversion ----------------------------------------------------------------------------------------------------
+def _check_destination(src: Path, dst: Path, overwrite: bool) -> bool:
+    """True when ``dst`` holds something that must be replaced (only allowed with ``overwrite``)."""
+    if dst.resolve() == src.resolve():
+        raise ValueError(f"source and destination are the same folder ({src}); convert into a new folder")
+    occupied = dst.exists() and (not dst.is_dir() or any(dst.iterdir()))
+    if occupied and not overwrite:
+        raise FileExistsError(f"{dst} exists and is not empty; pass overwrite=True (--overwrite) to replace it")
+    return occupied
+
+
+def _load_as(cls: type, src: Path, config: Any, head: str):
+    """Load ``src``'s weights into ``cls`` by name, refusing to invent missing weights or drop unused ones."""
+    model, info = cls.from_pretrained(src, config=config, output_loading_info=True)
+    tied = set(getattr(model, "_tied_weights_keys", None) or {})
+    missing = sorted(k for k in info["missing_keys"] if k not in tied)
+    # Old checkpoints also store the constant buffers 0..511 / zeros that BertEmbeddings used to register.
+    unexpected = sorted(k for k in info["unexpected_keys"] if not k.endswith(_CONSTANT_BUFFERS))
+    mismatched = sorted(str(k) for k in info.get("mismatched_keys", []))
+    if missing:
+        raise ValueError(
+            f"{src} has no weights for {len(missing)} parameters of the {head} head (e.g. {missing[:3]}); "
+            "converting would invent them. Convert with the head the checkpoint was saved with."
+        )
+    if unexpected:
+        raise ValueError(
+            f"{src} has {len(unexpected)} weights the {head} head does not use (e.g. {unexpected[:3]}); "
+            "converting would drop them. Convert with the head the checkpoint was saved with."
+        )
+    if mismatched:
+        raise ValueError(f"{src} has weights whose shapes do not match its config: {mismatched[:3]}")
+    return model
+
+
+def convert(src: str | Path, dst: str | Path, *, to: str | None = None, head: str | None = None,
+            overwrite: bool = False) -> Path:
+    """Convert the model folder ``src`` into ``dst``; returns ``dst``.
+
+    ``to`` is ``"transformers"`` (alias ``"bert"``) or ``"hfbert"``; by default the other side of ``src``.
+    ``head`` (e.g. ``"ForMaskedLM"``) defaults to the config's ``architectures``. Tokenizer files, the model card
+    and other top-level files are copied byte for byte; the weights are written with ``save_pretrained``.
+    """
+    src, dst = Path(src), Path(dst)
+    if not src.is_dir():
+        raise FileNotFoundError(f"source folder {src} does not exist")
+    config = read_config(src)
+    flavour = detect_flavour(config, source=str(src / "config.json"))
+    target = {None: "bert" if flavour == "hfbert" else "hfbert", "transformers": "bert", "bert": "bert",
+              "hfbert": "hfbert"}.get(to)
+    if target is None:
+        raise ValueError(f"to must be 'transformers' or 'hfbert', got {to!r}")
+    if target == flavour:
+        raise ValueError(f"{src} is already a {flavour} folder; nothing to convert")
+    head = head_of(config, head, source=str(src / "config.json"))
+    replace = _check_destination(src, dst, overwrite)
+    tokenizer = read_tokenizer(src)
+    check_tokenizer(tokenizer, config, str(src))
+
+    if target == "bert":
+        new_config = hfbert_to_bert_config(config, head)
+    else:
+        new_config = bert_to_hfbert_config(config, head)
+    # The names are the same on both sides: the target class loads the source weights directly, and one missing or
+    # unused parameter anywhere (cls.* included) is an error, never a silent re-initialisation.
+    target_model = _load_as(model_class(target, head), src, new_config, head)
+
+    if replace:  # only now that the conversion is known to succeed
+        shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
+    dst.mkdir(parents=True, exist_ok=True)
+    target_model.save_pretrained(dst)
+    for path in sorted(src.iterdir()):
+        if path.is_file() and path.name not in _NOT_COPIED and not path.name.startswith("model-"):
+            shutil.copy2(path, dst / path.name)
+    _retarget_tokenizer_config(dst, target)
+    after = read_tokenizer(dst)
+    if after != tokenizer:  # the copy is byte for byte; a difference means a bug here, not bad input
+        raise RuntimeError(f"tokenizer changed during conversion: {tokenizer} -> {after}")
+    return dst
+
+
+def _write_json(path: Path, data: dict) -> None:
+    # transformers' own layout for tokenizer_config.json, so that a round trip reproduces the file byte for byte
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _retarget_tokenizer_config(folder: Path, target: str) -> None:
+    """Point ``tokenizer_class`` at a class the target side can load, without changing the encodings.
+
+    hfbert's ``HfBertTokenizer`` (Google's normalisation, 200-character words) lives in ``tokenizer.json``; a stock
+    ``BertTokenizer`` would rebuild a different pipeline from the vocabulary, so a transformers folder names
+    ``TokenizersBackend``, which runs ``tokenizer.json`` verbatim. Converting back restores ``HfBertTokenizer``
+    (recognised by the ``max_input_chars_per_word`` entry only it writes).
+    """
+    path = folder / "tokenizer_config.json"
+    if not path.is_file():
+        return
+    data = json.loads(path.read_text(encoding="utf-8"))
+    cls = data.get("tokenizer_class")
+    if target == "bert":
+        import transformers
+
+        changed = data.pop("auto_map", None) is not None
+        if cls is not None and not hasattr(transformers, cls):
+            data["tokenizer_class"] = "TokenizersBackend" if (folder / "tokenizer.json").is_file() else "BertTokenizer"
+            changed = True
+    else:
+        changed = cls == "TokenizersBackend" and "max_input_chars_per_word" in data
+        if changed:
+            data["tokenizer_class"] = "HfBertTokenizer"
+    if changed:
+        _write_json(path, data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="hfbert convert",
+        description="Convert a model folder between hfbert and stock transformers BERT (the direction is read from "
+        "the source's config.json unless --to is given).",
+    )
+    parser.add_argument("src", help="source model folder (config.json + weights, optionally a tokenizer)")
+    parser.add_argument("dst", help="destination folder (must be new or empty unless --overwrite)")
+    parser.add_argument("--to", choices=("transformers", "hfbert"), default=None, help="target format")
+    parser.add_argument("--head", choices=HEADS, default=None, help="head to convert (default: config architectures)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty destination")
+    args = parser.parse_args(argv)
+    try:
+        out = convert(args.src, args.dst, to=args.to, head=args.head, overwrite=args.overwrite)
+    except (ValueError, FileNotFoundError, FileExistsError) as err:
+        parser.exit(2, f"hfbert convert: error: {err}\n")
+    print(f"wrote {out}")
+    return 0
+
+
+__all__ = ["HEADS", "TokenizerInfo", "check_tokenizer", "convert", "detect_flavour", "head_of", "main",
+           "read_config", "read_tokenizer"]

@@ -1,0 +1,326 @@
+"""Hub push/pull round trips against the Hub-protocol server in hub_server.py, with the unmodified clients.
+
+Pushes run in this process (huggingface_hub with ``endpoint=`` passed explicitly); every pull runs in a fresh
+process whose environment points HF_ENDPOINT at the server, as a user's would: once with hfbert imported, once
+with hfbert unimportable and the model loaded as remote code.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from hub_server import BLOCK_HFBERT, HubServer, allow_hub_calls, hub_server, run_client, start_hub  # noqa: F401
+
+import hfbert
+from hfbert.hub import HubPushError, load_any_bert, push_to_hub
+from hfbert.tokenization import SPECIAL_TOKENS, bert_tokenizer_from_vocab
+
+WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran", "home", "a", "big", "red", "##s", "##ed", ".", ",", "!"]
+TEXT = "The big red cats sat on the mat, a dog ran home!"
+WRITE = HubServer.WRITE_TOKEN
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def folder_state(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def save_tiny(folder: Path, head: type, seed: int, **config) -> tuple[torch.nn.Module, object]:
+    """A tiny hfbert model + the project's tokenizer, saved as a training run would leave them."""
+    folder.mkdir(parents=True)
+    (folder / "vocab.txt").write_text("\n".join([*SPECIAL_TOKENS, *WORDS]) + "\n", encoding="utf-8")
+    tokenizer = bert_tokenizer_from_vocab(folder / "vocab.txt")
+    torch.manual_seed(seed)
+    cfg = hfbert.HfBertConfig(vocab_size=len(SPECIAL_TOKENS) + len(WORDS), hidden_size=32, num_hidden_layers=2,
+                              num_attention_heads=4, intermediate_size=37, max_position_embeddings=64, **config)
+    model = head(cfg).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "README.md").write_text("---\nlicense: apache-2.0\nlibrary_name: transformers\n---\n# tiny hfbert\n")
+    (folder / "eval_results.json").write_text(json.dumps({"seed": seed, "mlm_accuracy": 0.25}))
+    return model, tokenizer
+
+
+def reference_outputs(cls: type, folder: Path, ids: torch.Tensor) -> dict[str, list]:
+    """The local folder's outputs, computed exactly as a client computes them: loaded with from_pretrained (the
+    weights' memory alignment decides SIMD summation order, hence the last bit) and single-threaded."""
+    model = cls.from_pretrained(folder).eval()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            out = model(ids)
+    finally:
+        torch.set_num_threads(threads)
+    return {k: v.tolist() for k, v in out.items() if isinstance(v, torch.Tensor)}
+
+
+@dataclass
+class Pushed:
+    hub: HubServer
+    root: Path
+    folders: dict[str, Path]
+    commits: dict[str, str]
+    ids: list[list[int]]
+    expected: dict[str, dict[str, list]]
+
+
+@pytest.fixture(scope="module")
+def pushed(tmp_path_factory) -> Pushed:
+    """Three versions of a pretraining model (main v1 -> tag v1, branch dev v2, main v3), a classifier and a
+    repository whose config is not BERT, pushed with hfbert.hub.push_to_hub to a fresh server."""
+    hub, httpd = start_hub()
+    root = tmp_path_factory.mktemp("hub")
+    folders, commits, expected = {}, {}, {}
+    with pytest.MonkeyPatch.context() as mp:
+        allow_hub_calls(mp)
+        push = dict(token=WRITE, endpoint=hub.url)
+        for version, seed in (("v1", 1), ("v2", 2), ("v3", 3)):
+            folders[version] = root / version
+            _, tokenizer = save_tiny(folders[version], hfbert.HfBertForPreTraining, seed)
+            ids = tokenizer(TEXT, return_tensors="pt")["input_ids"]
+            expected[version] = reference_outputs(hfbert.HfBertForPreTraining, folders[version], ids)
+        expected["tokens"] = {"ids": ids.tolist()}
+        expected["base"] = reference_outputs(hfbert.HfBertModel, folders["v3"], ids)
+        result = push_to_hub(folders["v1"], "user/tiny", tag="v1", **push)
+        commits["v1"] = result.commit_oid
+        assert result.tag == "v1" and result.revision == "main"
+        commits["v2"] = push_to_hub(folders["v2"], "user/tiny", revision="dev", **push).commit_oid
+        commits["v3"] = push_to_hub(folders["v3"], "user/tiny", **push).commit_oid
+
+        folders["cls"] = root / "cls"
+        labels = {"id2label": {0: "neg", 1: "neu", 2: "pos"}, "label2id": {"neg": 0, "neu": 1, "pos": 2}}
+        save_tiny(folders["cls"], hfbert.HfBertForSequenceClassification, 4, **labels)
+        expected["cls"] = reference_outputs(hfbert.HfBertForSequenceClassification, folders["cls"], ids)
+        push_to_hub(folders["cls"], "user/tiny-cls", **push)
+
+        folders["gpt2"] = root / "gpt2"
+        folders["gpt2"].mkdir()
+        (folders["gpt2"] / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2}))
+        push_to_hub(folders["gpt2"], "user/not-bert", **push)
+    yield Pushed(hub, root, folders, commits, ids.tolist(), expected)
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def assert_same(actual: dict, expected: dict, keys=None) -> None:
+    for key in keys or expected:
+        assert torch.equal(torch.tensor(actual[key]), torch.tensor(expected[key])), f"{key} differs"
+
+
+# --- plain files with the stock clients -----------------------------------------------------------------------------
+def test_plain_files_round_trip_with_stock_clients(hub_server, tmp_path, monkeypatch):
+    from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+
+    allow_hub_calls(monkeypatch)
+    src = tmp_path / "src"
+    (src / "nested" / "deeper").mkdir(parents=True)
+    (src / "notes.txt").write_text("plain text\n")
+    (src / "README.md").write_text("---\nlicense: mit\n---\n# card\n")
+    (src / "nested" / "deeper" / "data.json").write_text('{"a": 1}')
+    (src / "weights.safetensors").write_bytes(bytes(range(256)) * 40)  # LFS path
+    api = HfApi(endpoint=hub_server.url, token=WRITE)
+    url = api.create_repo("user/files")
+    assert url == f"{hub_server.url}/user/files"
+    assert api.create_repo("user/files", exist_ok=True) == url  # 409 carries the url
+    commit = api.upload_folder(folder_path=src, repo_id="user/files")
+    assert any(m == "PUT" and p.startswith("/_lfs/") for m, p, _ in hub_server.requests)  # basic LFS, no Xet
+
+    pulled = Path(snapshot_download("user/files", endpoint=hub_server.url, cache_dir=tmp_path / "cache"))
+    assert folder_bytes(pulled) == folder_bytes(src) | {".gitattributes": folder_bytes(pulled)[".gitattributes"]}
+    one = hf_hub_download("user/files", "nested/deeper/data.json", revision=commit.oid, endpoint=hub_server.url,
+                          cache_dir=tmp_path / "cache2")
+    assert Path(one).read_text() == '{"a": 1}'
+    assert {f.path for f in api.list_repo_tree("user/files", path_in_repo="nested")} == {"nested/deeper"}
+    assert api.file_exists("user/files", "notes.txt") and not api.file_exists("user/files", "missing.txt")
+
+    # The `hf` CLI, in its own process: upload a folder, download it elsewhere.
+    env = hub_server.client_env(tmp_path / "home")
+    hf = [sys.executable, "-c", "from huggingface_hub.cli.hf import main; main()"]
+    up = subprocess.run([*hf, "upload", "user/cli", str(src), ".", "--commit-message", "from the cli"], env=env,
+                        capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    out = tmp_path / "cli-out"
+    down = subprocess.run([*hf, "download", "user/cli", "--local-dir", str(out)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    pulled = {k: v for k, v in folder_bytes(out).items() if not k.startswith(".cache/") and k != ".gitattributes"}
+    assert pulled == folder_bytes(src)
+    assert [c.title for c in api.list_repo_commits("user/cli")][0] == "from the cli"
+    assert hub_server.unknown_routes == []
+
+
+# --- model round trips -----------------------------------------------------------------------------------------------
+PULL_WITH_HFBERT = """
+import json, sys, torch
+torch.set_num_threads(1)
+import hfbert
+from hfbert.hub import load_any_bert
+from huggingface_hub import snapshot_download
+from transformers import AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification, AutoTokenizer
+from hfbert.hub import main as hfbert_push
+args = json.loads(sys.argv[1])
+ids = torch.tensor(args["ids"])
+def outputs(model):
+    with torch.no_grad():
+        return {k: v.tolist() for k, v in model(ids).items() if isinstance(v, torch.Tensor)}
+# `hfbert push`, configured the way a user configures it: HF_ENDPOINT and HF_TOKEN in the environment
+out = {"push": hfbert_push([args["folder"], "user/from-cli", "--revision", "exp", "--tag", "t1"])}
+out["snapshot"] = snapshot_download("user/tiny")
+for name, rev in args["revisions"].items():
+    model = AutoModelForPreTraining.from_pretrained("user/tiny", revision=rev).eval()
+    out[name] = outputs(model) | {"class": f"{type(model).__module__}.{type(model).__name__}"}
+out["base"] = outputs(AutoModel.from_pretrained("user/tiny").eval())
+classifier = AutoModelForSequenceClassification.from_pretrained("user/tiny-cls").eval()
+out["cls"] = outputs(classifier) | {"labels": classifier.config.id2label}
+out["tokens"] = {"ids": AutoTokenizer.from_pretrained("user/tiny")(args["text"])["input_ids"]}
+out["any"] = outputs(load_any_bert("user/tiny", revision="v1").eval())
+try:
+    load_any_bert("user/not-bert")
+except ValueError as err:
+    out["foreign"] = str(err)
+print(json.dumps(out))
+"""
+
+
+def test_pull_with_hfbert_imported(pushed, tmp_path):
+    revisions = {"main": "main", "dev": "dev", "tag": "v1", "commit": pushed.commits["v1"]}
+    out = run_client(PULL_WITH_HFBERT, pushed.hub.client_env(tmp_path / "home"), tmp_path,
+                     {"ids": pushed.ids, "text": TEXT, "revisions": revisions, "folder": str(pushed.folders["v2"])})
+    assert out["push"] == 0
+    repo = pushed.hub.repos[("model", "user/from-cli")]
+    assert repo.tags["t1"] == repo.branches["exp"] != repo.branches["main"]
+    pushed_files = {k: b.data for k, b in repo.commits[repo.branches["exp"]].files.items() if k != ".gitattributes"}
+    assert pushed_files == folder_bytes(pushed.folders["v2"])
+
+    snapshot = Path(out["snapshot"])
+    local = folder_bytes(pushed.folders["v3"])
+    assert {k: v for k, v in folder_bytes(snapshot).items() if k != ".gitattributes"} == local  # byte-identical
+
+    want = {"main": "v3", "dev": "v2", "tag": "v1", "commit": "v1"}
+    for name, version in want.items():
+        assert out[name]["class"] == "hfbert.modeling_hfbert.HfBertForPreTraining"
+        assert_same(out[name], pushed.expected[version], ["prediction_logits", "seq_relationship_logits"])
+    assert not torch.equal(torch.tensor(out["dev"]["prediction_logits"]),
+                           torch.tensor(out["main"]["prediction_logits"]))  # the revisions really differ
+    assert_same(out["base"], pushed.expected["base"], ["last_hidden_state", "pooler_output"])
+    assert_same(out["cls"], pushed.expected["cls"], ["logits"])
+    assert out["cls"]["labels"] == {"0": "neg", "1": "neu", "2": "pos"}
+    assert out["tokens"]["ids"] == pushed.expected["tokens"]["ids"][0]
+    assert_same(out["any"], pushed.expected["v1"], ["prediction_logits"])
+    assert "model_type 'gpt2'" in out["foreign"] and "hfbert" in out["foreign"]
+    assert pushed.hub.unknown_routes == []
+
+
+PULL_AS_REMOTE_CODE = BLOCK_HFBERT + """
+import json, sys, torch
+torch.set_num_threads(1)
+from transformers import AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification, AutoTokenizer
+args = json.loads(sys.argv[1])
+ids = torch.tensor(args["ids"])
+def outputs(model):
+    with torch.no_grad():
+        return {k: v.tolist() for k, v in model(ids).items() if isinstance(v, torch.Tensor)}
+out = {}
+for name, rev in (("main", "main"), ("tag", "v1")):
+    model = AutoModelForPreTraining.from_pretrained("user/tiny", revision=rev, trust_remote_code=True).eval()
+    out[name] = outputs(model) | {"module": type(model).__module__}
+out["base"] = outputs(AutoModel.from_pretrained("user/tiny", trust_remote_code=True).eval())
+out["cls"] = outputs(AutoModelForSequenceClassification.from_pretrained("user/tiny-cls", trust_remote_code=True).eval())
+tokenizer = AutoTokenizer.from_pretrained("user/tiny", trust_remote_code=True)
+out["tokens"] = {"ids": tokenizer(args["text"])["input_ids"]}
+out["hfbert_loaded"] = [m for m in sys.modules if m == "hfbert" or m.startswith("hfbert.")]
+print(json.dumps(out))
+"""
+
+
+def test_pull_as_remote_code_without_hfbert(pushed, tmp_path):
+    out = run_client(PULL_AS_REMOTE_CODE, pushed.hub.client_env(tmp_path / "home"), tmp_path,
+                     {"ids": pushed.ids, "text": TEXT})
+    assert out["hfbert_loaded"] == []
+    assert out["main"]["module"].startswith("transformers_modules.")  # the Hub's copy of modeling_hfbert.py
+    assert_same(out["main"], pushed.expected["v3"], ["prediction_logits", "seq_relationship_logits"])
+    assert_same(out["tag"], pushed.expected["v1"], ["prediction_logits", "seq_relationship_logits"])
+    assert_same(out["base"], pushed.expected["base"], ["last_hidden_state", "pooler_output"])
+    assert_same(out["cls"], pushed.expected["cls"], ["logits"])
+    assert out["tokens"]["ids"] == pushed.expected["tokens"]["ids"][0]
+    assert pushed.hub.unknown_routes == []
+
+
+# --- bad input -------------------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_push_fails_clearly_and_leaves_the_folder_intact(hub_server, tmp_path, monkeypatch):
+    allow_hub_calls(monkeypatch)
+    folder = tmp_path / "run"
+    save_tiny(folder, hfbert.HfBertForMaskedLM, 0)
+    before = folder_state(folder)
+
+    with pytest.raises(HubPushError, match=r"cannot reach the Hub at http://127\.0\.0\.1:\d+ .*Nothing was changed"):
+        push_to_hub(folder, "user/x", token=WRITE, endpoint=f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(HubPushError, match=r"refused the token \(401.*Invalid credentials"):
+        push_to_hub(folder, "user/x", token="hf_not_a_token", endpoint=hub_server.url)
+    with pytest.raises(HubPushError, match=r"denied writing to user/x \(403"):
+        push_to_hub(folder, "user/x", token=HubServer.READ_TOKEN, endpoint=hub_server.url)
+    with pytest.raises(HubPushError, match=r"denied writing to someone-else/x"):
+        push_to_hub(folder, "someone-else/x", token=WRITE, endpoint=hub_server.url)
+    assert folder_state(folder) == before
+    assert hub_server.repos == {}  # nothing half-created
+
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        push_to_hub(tmp_path / "missing", "user/x", token=WRITE, endpoint=hub_server.url)
+    (tmp_path / "no-config").mkdir()
+    (tmp_path / "no-config" / "x.txt").write_text("x")
+    with pytest.raises(ValueError, match="no config.json"):
+        push_to_hub(tmp_path / "no-config", "user/x", token=WRITE, endpoint=hub_server.url)
+    with pytest.raises(ValueError, match="Repo id"):
+        push_to_hub(folder, "user/bad//id", token=WRITE, endpoint=hub_server.url)
+    with pytest.raises(ValueError, match="branch name"):
+        push_to_hub(folder, "user/x", revision="refs/pr/1", token=WRITE, endpoint=hub_server.url)
+
+    # ...and once it works, resumable state is not uploaded.
+    (folder / "checkpoint-10").mkdir()
+    (folder / "checkpoint-10" / "optimizer.pt").write_bytes(b"state")
+    push_to_hub(folder, "user/x", token=WRITE, endpoint=hub_server.url)
+    repo = hub_server.repos[("model", "user/x")]
+    files = repo.commits[repo.branches["main"]].files
+    assert set(files) == set(before) | {".gitattributes"}
+    assert all(files[name].data == data for name, (data, _) in before.items())
+
+
+def test_push_cli_reports_errors(tmp_path, capsys):
+    from hfbert.hub import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([str(tmp_path / "missing"), "user/x"])
+    assert exc.value.code == 1
+    assert "no such folder" in capsys.readouterr().err
+
+
+def test_load_any_bert_refuses_other_model_types(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "roberta", "architectures": ["RobertaModel"]}))
+    with pytest.raises(ValueError, match="model_type 'roberta'.*only 'hfbert' and 'bert'"):
+        load_any_bert(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertLMHeadModel"]}))
+    with pytest.raises(ValueError, match="head 'LMHeadModel' is not supported"):
+        load_any_bert(tmp_path)
+    shutil.rmtree(tmp_path)
+    tmp_path.mkdir()
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        load_any_bert(tmp_path)
