@@ -1,0 +1,35 @@
+"""BERT pretraining data: documents -> NSP pairs -> MLM masks -> batches, as a datasets pipeline.
+
+Faithful to google-research/bert ``create_pretraining_data.py`` (see :mod:`hfbert.data.nsp` and
+:mod:`hfbert.data.masking` for the algorithm and every documented deviation), multi-process and streaming,
+with whole-word masking for English (``##``) and Chinese (pluggable word segmenters).
+"""
+
+from .collator import DataCollatorForBertPretraining
+from .documents import CHAPTER_HEADING, ReadStats, read_documents, read_people_daily, split_sentences
+from .masking import MaskingSpec, mask_sequence, num_to_predict
+from .nsp import create_instances_from_document, truncate_seq_pair
+from .pipeline import build_pretraining_dataset, pool_bounds
+from .report import content_digest, render_report, write_report
+from .segmenters import JiebaSegmenter, PreSegmented
+
+__all__ = [
+    "CHAPTER_HEADING",
+    "DataCollatorForBertPretraining",
+    "JiebaSegmenter",
+    "MaskingSpec",
+    "PreSegmented",
+    "ReadStats",
+    "build_pretraining_dataset",
+    "content_digest",
+    "create_instances_from_document",
+    "mask_sequence",
+    "num_to_predict",
+    "pool_bounds",
+    "read_documents",
+    "read_people_daily",
+    "render_report",
+    "split_sentences",
+    "truncate_seq_pair",
+    "write_report",
+]

@@ -1,0 +1,91 @@
+"""Throughput of the pipeline (tokenize + build + mask), for ``hfbert bench`` and the README figures.
+
+Each measurement runs in a fresh interpreter so that the numbers are not polluted by the caller: the Rust
+tokenizer is pinned to one thread (``RAYON_NUM_THREADS=1``), so ``num_proc`` is the number of cores used.
+Reported: wall time, CPU time of the process and its workers, corpus tokens, and tokens/s per wall second and
+per CPU second.  On a shared machine the CPU-time figure is the stable one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["measure_pipeline"]
+
+
+def measure_pipeline(
+    num_proc: int,
+    corpus: str | Path,
+    tokenizer_dir: str | Path,
+    *,
+    layout: str = "paragraphs",
+    boundary: str | None = "chapter",
+    dupe_factor: int = 1,
+    masking: str = "static",
+    max_seq_length: int = 128,
+) -> dict:
+    """Build examples from ``corpus`` in a subprocess and return its timings (see module docstring)."""
+    if not Path(corpus).is_file():
+        raise FileNotFoundError(f"corpus not found: {corpus}")
+    if not Path(tokenizer_dir).is_dir():
+        raise FileNotFoundError(f"tokenizer directory not found: {tokenizer_dir}")
+    command = [sys.executable, "-m", "hfbert.data.bench", "--num-proc", str(num_proc), "--corpus", str(corpus),
+               "--tokenizer", str(tokenizer_dir), "--layout", layout, "--boundary", boundary or "",
+               "--dupe-factor", str(dupe_factor), "--masking", masking, "--max-seq-length", str(max_seq_length)]
+    env = dict(os.environ, RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"benchmark subprocess failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _measure_here(args: argparse.Namespace) -> dict:
+    from datasets.utils.logging import disable_progress_bar
+    from transformers import AutoTokenizer
+
+    from .documents import CHAPTER_HEADING
+    from .pipeline import build_pretraining_dataset
+
+    disable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    boundary = CHAPTER_HEADING if args.boundary == "chapter" else (args.boundary or None)
+    cpu_before = _cpu_seconds()
+    start = time.perf_counter()
+    dataset, report = build_pretraining_dataset(
+        args.corpus, tokenizer, input_layout=args.layout, document_boundary=boundary, dupe_factor=args.dupe_factor,
+        masking=args.masking, max_seq_length=args.max_seq_length, num_proc=args.num_proc, return_report=True)
+    wall = time.perf_counter() - start
+    cpu = _cpu_seconds() - cpu_before
+    tokens = report["sentences"]["tokens"]
+    return {"num_proc": args.num_proc, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "tokens": tokens,
+            "instances": len(dataset), "tokens_per_s": round(tokens / wall), "tokens_per_cpu_s": round(tokens / cpu)}
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hfbert.data.bench")
+    parser.add_argument("--num-proc", type=int, default=1)
+    parser.add_argument("--corpus", required=True)
+    parser.add_argument("--tokenizer", required=True)
+    parser.add_argument("--layout", default="paragraphs")
+    parser.add_argument("--boundary", default="chapter")
+    parser.add_argument("--dupe-factor", type=int, default=1)
+    parser.add_argument("--masking", default="static")
+    parser.add_argument("--max-seq-length", type=int, default=128)
+    print(json.dumps(_measure_here(parser.parse_args(argv))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

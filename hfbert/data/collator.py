@@ -1,0 +1,122 @@
+"""Batches for ``HfBertForPreTraining``: padding, attention masks, and fresh masks per batch (dynamic masking).
+
+transformers 5 has no collator that keeps NSP labels and segment ids *and* masks the original way (fixed count,
+80/10/10 under whole-word masking, words from a Chinese segmenter); this one shares :func:`mask_sequence` with
+the static path, so a dynamic batch and a static example are corrupted by exactly the same rules.
+
+Examples with ``masked_lm_positions``/``masked_lm_ids`` (static masking) are only padded: their ``labels`` are
+rebuilt from the stored positions.  Other examples are masked here, with candidates = every non-special token
+(padding is added afterwards and is never a candidate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .masking import MaskingSpec, continuation_table, mask_sequence
+
+__all__ = ["DataCollatorForBertPretraining"]
+
+IGNORE_INDEX = -100
+
+
+class DataCollatorForBertPretraining:
+    """Collate BERT pretraining examples into ``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels``
+    (-100 = not supervised) and ``next_sentence_label`` (when the examples have it).
+
+    Randomness: with ``seed=None`` every batch draws its generator seed from torch's global RNG, so
+    ``transformers.set_seed`` and the DataLoader's per-worker seeding apply (workers do not repeat each other's
+    masks).  With an integer ``seed`` the collator owns a generator: reproducible in one process, but each
+    DataLoader worker would get a copy of it -- use ``seed=None`` with ``num_workers > 0``.
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        mlm_probability: float = 0.15,
+        *,
+        max_predictions_per_seq: int = 20,
+        selection: str = "fixed",
+        whole_word_mask: bool = False,
+        wwm_per_word_decision: bool = True,
+        random_token_ids: str = "non_special",
+        pad_to_multiple_of: int | None = None,
+        seed: int | None = None,
+        return_tensors: str = "pt",
+    ):
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer has no pad token; batches cannot be padded")
+        if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}")
+        if return_tensors not in ("pt", "np"):
+            raise ValueError(f"return_tensors must be 'pt' or 'np', got {return_tensors!r}")
+        self.spec = MaskingSpec.from_tokenizer(
+            tokenizer, masked_lm_prob=mlm_probability, max_predictions_per_seq=max_predictions_per_seq,
+            selection=selection, whole_word_mask=whole_word_mask, wwm_per_word_decision=wwm_per_word_decision,
+            random_token_ids=random_token_ids)
+        self.pad_token_id = int(tokenizer.pad_token_id)
+        self.continuation = continuation_table(tokenizer) if whole_word_mask else None
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.return_tensors = return_tensors
+        self._rng = np.random.default_rng(seed) if seed is not None else None
+
+    def _generator(self) -> np.random.Generator:
+        if self._rng is not None:
+            return self._rng
+        import torch
+
+        return np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
+
+    def __call__(self, examples: Sequence[Mapping]) -> dict:
+        if not examples:
+            raise ValueError("cannot collate an empty list of examples")
+        rng = self._generator()
+        rows = [self._example(example, rng) for example in examples]
+        width = max(len(ids) for ids, _, _ in rows)
+        if self.pad_to_multiple_of:
+            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        batch = {
+            "input_ids": np.full((len(rows), width), self.pad_token_id, dtype=np.int64),
+            "token_type_ids": np.zeros((len(rows), width), dtype=np.int64),
+            "attention_mask": np.zeros((len(rows), width), dtype=np.int64),
+            "labels": np.full((len(rows), width), IGNORE_INDEX, dtype=np.int64),
+        }
+        for row, (ids, types, labels) in enumerate(rows):
+            batch["input_ids"][row, : len(ids)] = ids
+            batch["token_type_ids"][row, : len(ids)] = types
+            batch["attention_mask"][row, : len(ids)] = 1
+            batch["labels"][row, : len(ids)] = labels
+        if "next_sentence_label" in examples[0]:
+            batch["next_sentence_label"] = np.asarray([e["next_sentence_label"] for e in examples], dtype=np.int64)
+        if self.return_tensors == "pt":
+            import torch
+
+            return {name: torch.from_numpy(value) for name, value in batch.items()}
+        return batch
+
+    def _example(self, example: Mapping, rng: np.random.Generator):
+        if "input_ids" not in example:
+            raise ValueError(f"an example has no input_ids (keys: {sorted(example)})")
+        ids = np.asarray(example["input_ids"], dtype=np.int64)
+        types = np.asarray(example.get("token_type_ids", np.zeros(len(ids))), dtype=np.int64)
+        if len(types) != len(ids):
+            raise ValueError(f"token_type_ids has length {len(types)} but input_ids has length {len(ids)}")
+        labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
+        if "masked_lm_positions" in example:
+            positions = np.asarray(example["masked_lm_positions"], dtype=np.int64)
+            if len(positions) and (positions.min() < 0 or positions.max() >= len(ids)):
+                raise ValueError(f"masked_lm_positions {positions.tolist()} outside a sequence of length {len(ids)}")
+            labels[positions] = np.asarray(example["masked_lm_ids"], dtype=np.int64)
+            return ids, types, labels
+        candidates = ~np.isin(ids, self.spec.special_ids)
+        word_starts = None
+        if self.spec.whole_word_mask:
+            word_starts = example.get("word_starts")
+            if word_starts is None:
+                word_starts = ~self.continuation[ids]
+            word_starts = np.asarray(word_starts, dtype=bool)
+        corrupted, positions, original = mask_sequence(ids, candidates, self.spec, rng, word_starts)
+        labels[positions] = original
+        return corrupted, types, labels

@@ -1,0 +1,224 @@
+"""Masked-LM corruption of one sequence, shared by static masking (in the map step) and the collator (dynamic).
+
+The original (google-research/bert ``create_masked_lm_predictions``):
+
+* candidates are all positions except [CLS]/[SEP] (and, in a padded batch, padding);
+* *fixed* selection picks exactly ``min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))``
+  positions (``len(tokens)`` counts the specials, as in the original), in a random order of candidates;
+* each selected position becomes [MASK] with probability 0.8, a random token with 0.1, stays unchanged with
+  0.1, and is supervised with its original token whatever happened to it;
+* under whole-word masking candidates are words; a word that would overshoot the count is skipped, so a word
+  is always masked completely or not at all.
+
+Options beyond the original, each a documented switch:
+
+* ``selection="bernoulli"`` (RoBERTa / transformers): every candidate (word) is selected independently with
+  probability ``masked_lm_prob``; no minimum of one and no ``max_predictions_per_seq`` cap.
+* ``random_token_ids="non_special"`` (default): random replacements never draw [PAD]/[CLS]/[SEP]/[MASK]/[UNK]
+  or the ``[unusedN]`` slots, which the original could (its draw was over the whole vocabulary; ``"any"``
+  restores that).
+* ``wwm_per_word_decision=True`` (default): one 80/10/10 decision per word, so a word is never half [MASK]
+  half original (google-research/bert#910); ``False`` draws per token as the original did.
+* a ``##`` token right after a special token starts a new word (the original glued it onto the word before
+  the [SEP]).
+
+Masks are drawn for many sequences at once (:func:`mask_batch`, one sort per batch instead of a Python loop per
+token); the selection rule and the probabilities are the original's, the order of random draws is not.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+__all__ = ["MaskingSpec", "mask_batch", "mask_sequence", "num_to_predict", "replacement_pool", "continuation_table"]
+
+_BRACKETED = re.compile(r"^\[[^\[\]]+\]$")
+
+
+def num_to_predict(length: int, masked_lm_prob: float, max_predictions_per_seq: int) -> int:
+    """The original's fixed count: ``min(max_predictions_per_seq, max(1, round(length * masked_lm_prob)))``."""
+    return min(max_predictions_per_seq, max(1, int(round(length * masked_lm_prob))))
+
+
+def replacement_pool(tokenizer, mode: str = "non_special") -> np.ndarray:
+    """Token ids a "random token" replacement may draw.
+
+    ``"non_special"`` excludes the tokenizer's special tokens and bracketed placeholders such as ``[unused7]``;
+    ``"any"`` is the whole vocabulary, as in the original.
+    """
+    vocab = tokenizer.get_vocab()
+    size = max(vocab.values()) + 1
+    if mode == "any":
+        return np.arange(size, dtype=np.int32)
+    if mode != "non_special":
+        raise ValueError(f"random_token_ids must be 'non_special' or 'any', got {mode!r}")
+    keep = np.ones(size, dtype=bool)
+    keep[list(tokenizer.all_special_ids)] = False
+    for token, index in vocab.items():
+        if _BRACKETED.match(token):
+            keep[index] = False
+    return np.flatnonzero(keep).astype(np.int32)
+
+
+def continuation_table(tokenizer) -> np.ndarray:
+    """Boolean table over the vocabulary: True for WordPiece continuations (``##...``)."""
+    vocab = tokenizer.get_vocab()
+    table = np.zeros(max(vocab.values()) + 1, dtype=bool)
+    for token, index in vocab.items():
+        if token.startswith("##"):
+            table[index] = True
+    return table
+
+
+@dataclass(eq=False)
+class MaskingSpec:
+    """Everything :func:`mask_sequence` needs; validated once, picklable for worker processes."""
+
+    mask_token_id: int
+    replacement_ids: np.ndarray
+    masked_lm_prob: float = 0.15
+    max_predictions_per_seq: int = 20
+    selection: Literal["fixed", "bernoulli"] = "fixed"
+    whole_word_mask: bool = False
+    wwm_per_word_decision: bool = True
+    special_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+
+    def __post_init__(self):
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise ValueError(f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
+        if self.max_predictions_per_seq < 1:
+            raise ValueError(f"max_predictions_per_seq must be >= 1, got {self.max_predictions_per_seq}")
+        if self.selection not in ("fixed", "bernoulli"):
+            raise ValueError(f"selection must be 'fixed' or 'bernoulli', got {self.selection!r}")
+        if len(self.replacement_ids) == 0:
+            raise ValueError("the tokenizer has no token ids left to draw random replacements from")
+
+    @classmethod
+    def from_tokenizer(
+        cls,
+        tokenizer,
+        *,
+        masked_lm_prob: float = 0.15,
+        max_predictions_per_seq: int = 20,
+        selection: str = "fixed",
+        whole_word_mask: bool = False,
+        wwm_per_word_decision: bool = True,
+        random_token_ids: str = "non_special",
+    ) -> MaskingSpec:
+        if tokenizer.mask_token_id is None:
+            raise ValueError("the tokenizer has no mask token ([MASK]); masked-LM examples cannot be built")
+        return cls(
+            mask_token_id=int(tokenizer.mask_token_id),
+            replacement_ids=replacement_pool(tokenizer, random_token_ids),
+            masked_lm_prob=masked_lm_prob,
+            max_predictions_per_seq=max_predictions_per_seq,
+            selection=selection,
+            whole_word_mask=whole_word_mask,
+            wwm_per_word_decision=wwm_per_word_decision,
+            special_ids=np.asarray(sorted(tokenizer.all_special_ids), dtype=np.int32),
+        )
+
+
+def mask_sequence(
+    input_ids: np.ndarray,
+    candidates: np.ndarray,
+    spec: MaskingSpec,
+    rng: np.random.Generator,
+    word_starts: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Corrupt one sequence; return ``(corrupted_ids, positions, labels)`` (see :func:`mask_batch`)."""
+    offsets = np.array([0, len(input_ids)])
+    corrupted, positions, labels, _ = mask_batch(input_ids, offsets, candidates, spec, rng, word_starts)
+    return corrupted, positions, labels
+
+
+def mask_batch(
+    ids: np.ndarray,
+    offsets: np.ndarray,
+    candidates: np.ndarray,
+    spec: MaskingSpec,
+    rng: np.random.Generator,
+    word_starts: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Corrupt many sequences stored back to back; row ``r`` is ``ids[offsets[r]:offsets[r + 1]]``.
+
+    ``candidates`` (bool, same shape as ``ids``) marks the positions that may be selected: never specials or
+    padding.  ``word_starts`` (1 = token begins a word) is required under whole-word masking.  The fixed count
+    uses the row length, specials included, as the original does.
+
+    Returns ``(corrupted_ids, positions, labels, counts)``: ``positions`` are within-row indices, sorted per
+    row, rows concatenated; ``labels`` the original ids there; ``counts`` the number selected per row.
+    """
+    ids = np.asarray(ids)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    row_of = np.repeat(np.arange(len(lengths)), lengths)
+    unit_start = _unit_starts(candidates, offsets, word_starts if spec.whole_word_mask else None)
+    cand_pos = np.flatnonzero(candidates)  # flat positions of candidates, ascending
+    unit_of = np.cumsum(unit_start[cand_pos]) - 1  # unit (word or token) of each candidate
+    n_units = int(unit_of[-1]) + 1 if len(unit_of) else 0
+    unit_first = cand_pos[np.flatnonzero(unit_start[cand_pos])]
+    unit_row = row_of[unit_first]
+    unit_len = np.bincount(unit_of, minlength=n_units)
+    if spec.selection == "bernoulli":
+        chosen_unit = rng.random(n_units) < spec.masked_lm_prob
+    else:
+        quota = np.minimum(spec.max_predictions_per_seq,
+                           np.maximum(1, np.rint(lengths * spec.masked_lm_prob).astype(np.int64)))
+        chosen_unit = _fixed_selection(unit_row, unit_len, quota, len(lengths), rng)
+    selected = cand_pos[chosen_unit[unit_of]]
+    per_word = spec.whole_word_mask and spec.wwm_per_word_decision
+    # One uniform per decision (a word, or a token): < 0.8 -> [MASK], < 0.9 -> unchanged, else a random token.
+    draws = rng.random(n_units)[unit_of[chosen_unit[unit_of]]] if per_word else rng.random(len(selected))
+    corrupted = ids.copy()
+    corrupted[selected[draws < 0.8]] = spec.mask_token_id
+    replace = selected[draws >= 0.9]
+    corrupted[replace] = spec.replacement_ids[rng.integers(0, len(spec.replacement_ids), len(replace))]
+    counts = np.bincount(row_of[selected], minlength=len(lengths))
+    return corrupted, selected - offsets[row_of[selected]], ids[selected], counts
+
+
+def _unit_starts(candidates: np.ndarray, offsets: np.ndarray, word_starts: np.ndarray | None) -> np.ndarray:
+    """True at the first candidate of every selection unit: every candidate, or every word's first token.
+
+    A candidate that does not follow another candidate (row start, after [CLS]/[SEP]) always starts a word.
+    """
+    candidates = np.asarray(candidates, dtype=bool)
+    if word_starts is None:
+        return candidates
+    if len(word_starts) != len(candidates):
+        raise ValueError(f"word_starts has length {len(word_starts)} but the ids have length {len(candidates)}")
+    starts = np.asarray(word_starts, dtype=bool) & candidates
+    after_gap = np.ones(len(candidates), dtype=bool)
+    after_gap[1:] = ~candidates[:-1]
+    after_gap[offsets[:-1][offsets[:-1] < len(candidates)]] = True
+    return starts | (candidates & after_gap)
+
+
+def _fixed_selection(unit_row, unit_len, quota, n_rows, rng) -> np.ndarray:
+    """The original's selection: visit units in random order, skip one that would overshoot the row's quota,
+    stop when the quota is met.  Single-token units never overshoot, so without whole-word masking this is just
+    "the first ``quota`` units of a random order", done with one sort for all rows."""
+    # Units are in row order already; adding a uniform in [0, 1) to the row number shuffles within rows only.
+    order = np.argsort(unit_row + rng.random(len(unit_row)))
+    chosen = np.zeros(len(unit_row), dtype=bool)
+    row_first = np.searchsorted(unit_row[order], np.arange(n_rows))
+    if np.all(unit_len == 1):
+        rank = np.arange(len(order)) - row_first[unit_row[order]]
+        chosen[order[rank < quota[unit_row[order]]]] = True
+        return chosen
+    bounds = np.append(row_first, len(order)).tolist()
+    lengths = unit_len[order].tolist()
+    for row in range(n_rows):
+        total, want = 0, int(quota[row])
+        for i in range(bounds[row], bounds[row + 1]):
+            if total >= want:
+                break
+            if total + lengths[i] <= want:
+                chosen[order[i]] = True
+                total += lengths[i]
+    return chosen

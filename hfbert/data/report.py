@@ -1,0 +1,179 @@
+"""The health report of a pretraining-data build: what came in, what was skipped, what came out.
+
+Written next to the output as ``report.json`` (machine-readable) and ``report.txt`` (for people).  Every count
+is paired with the counts it must add up to, and the ``checks`` section states those identities, so a reader can
+see at a glance that nothing was dropped silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from datasets import Dataset
+
+__all__ = ["build_report", "content_digest", "render_report", "write_report"]
+
+
+def content_digest(dataset: Dataset) -> str:
+    """SHA-256 of the dataset's schema and values: equal digests mean identical content, whatever the chunking,
+    slicing or cache files behind the dataset (Arrow buffers themselves may carry unused bytes, so the values
+    are hashed, not the buffers)."""
+    table = dataset.with_format("arrow")[:]
+    digest = hashlib.sha256(str(table.schema.remove_metadata()).encode())
+    for name in table.column_names:
+        column = table.column(name).combine_chunks()
+        while pa.types.is_list(column.type):
+            offsets = column.offsets.to_numpy().astype(np.int64)
+            digest.update((offsets - offsets[0]).tobytes())
+            column = column.flatten()
+        digest.update(column.to_numpy(zero_copy_only=False).tobytes())
+    return digest.hexdigest()
+
+
+def _distribution(values: np.ndarray) -> dict:
+    """Summary and a coarse histogram (16 equal-width bins) of a non-negative integer distribution."""
+    if len(values) == 0:
+        return {"count": 0}
+    counts, edges = np.histogram(values, bins=min(16, int(values.max() - values.min()) + 1))
+    return {
+        "count": int(len(values)),
+        "sum": int(values.sum()),
+        "min": int(values.min()),
+        "max": int(values.max()),
+        "mean": round(float(values.mean()), 3),
+        "p50": float(np.percentile(values, 50)),
+        "p90": float(np.percentile(values, 90)),
+        "p99": float(np.percentile(values, 99)),
+        "histogram": {"edges": [round(float(e), 2) for e in edges], "counts": counts.tolist()},
+    }
+
+
+def _list_lengths(table, column: str) -> np.ndarray:
+    return pc.list_value_length(table.column(column)).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _mask_actions(table, mask_token_id: int | None) -> dict | None:
+    """Static masks: how many selected positions show [MASK], their original token, or something else."""
+    if "masked_lm_positions" not in table.column_names or mask_token_id is None:
+        return None
+    ids = table.column("input_ids").combine_chunks()
+    positions = table.column("masked_lm_positions").combine_chunks()
+    labels = table.column("masked_lm_ids").combine_chunks().flatten().to_numpy()
+    row_start = ids.offsets.to_numpy()[:-1]
+    per_row = np.diff(positions.offsets.to_numpy())
+    flat_positions = positions.flatten().to_numpy() + np.repeat(row_start, per_row)
+    shown = ids.flatten().to_numpy()[flat_positions]
+    masked = int(np.count_nonzero(shown == mask_token_id))
+    unchanged = int(np.count_nonzero(shown == labels))
+    return {"selected": int(len(shown)), "mask_token": masked, "unchanged": unchanged,
+            "random_token": int(len(shown)) - masked - unchanged}
+
+
+def build_report(dataset: Dataset, pool_stats: list[dict], line_hashes: np.ndarray, read_stats: dict | None,
+                 settings: dict, mask_token_id: int | None = None) -> dict:
+    """Aggregate per-pool stats and the built rows into one report (a JSON-serialisable dict)."""
+    total = {key: sum(s[key] for s in pool_stats) for key in pool_stats[0] if key != "first_document"}
+    table = dataset.with_format("arrow")[:]
+    labels = table.column("next_sentence_label").to_numpy(zero_copy_only=False)
+    rows = table.num_rows
+    random_next = int(np.count_nonzero(labels == 1))
+    sentences_in = total["sentences"] + total["skipped_empty_lines"]
+    unique_lines = int(len(np.unique(line_hashes)))
+    report = {
+        "digest": content_digest(dataset),
+        "settings": settings,
+        "input": read_stats,
+        "documents": {"total": total["documents"], "empty_skipped": total["empty_documents"],
+                      "used": total["documents"] - total["empty_documents"]},
+        "sentences": {"total": sentences_in, "skipped_empty": total["skipped_empty_lines"],
+                      "used": total["sentences"], "tokens": total["tokens"]},
+        "duplicate_lines": {"lines": int(len(line_hashes)), "unique": unique_lines,
+                            "ratio": round(1 - unique_lines / max(1, len(line_hashes)), 6)},
+        "pools": {"count": len(pool_stats),
+                  "single_document": sum(1 for s in pool_stats if s["pool_documents"] == 1)},
+        "short_targets": {"document_passes": total["document_passes"], "short": total["short_target_passes"],
+                          "fraction": round(total["short_target_passes"] / max(1, total["document_passes"]), 4)},
+        "instances": {"total": rows, "random_next": random_next, "actual_next": rows - random_next,
+                      "random_next_fraction": round(random_next / max(1, rows), 4),
+                      "truncated": total["truncated_instances"], "truncated_tokens": total["truncated_tokens"]},
+        "lengths": _distribution(_list_lengths(table, "input_ids")),
+    }
+    if "masked_lm_positions" in table.column_names:
+        report["masked_per_sequence"] = _distribution(_list_lengths(table, "masked_lm_positions"))
+        report["mask_actions"] = _mask_actions(table, mask_token_id)
+    report["checks"] = _checks(report, total, rows)
+    return report
+
+
+def _checks(report: dict, total: dict, rows: int) -> dict:
+    docs, sents = report["documents"], report["sentences"]
+    checks = {
+        "documents_add_up": docs["total"] == docs["used"] + docs["empty_skipped"],
+        "sentences_add_up": sents["total"] == sents["used"] + sents["skipped_empty"],
+        "hashed_every_used_line": report["duplicate_lines"]["lines"] == sents["used"],
+        "instances_match_rows": total["instances"] == rows,
+        "nsp_adds_up": report["instances"]["random_next"] + report["instances"]["actual_next"] == rows,
+        "random_next_counted_twice_agree": total["random_next"] == report["instances"]["random_next"],
+    }
+    read = report["input"]
+    if read:
+        checks["lines_add_up"] = read["lines"] == read["text_lines"] + read["blank_lines"] + read["boundary_lines"]
+        checks["read_documents_match"] = read["documents"] == docs["total"]
+    actions = report.get("mask_actions")
+    if actions:
+        checks["mask_actions_add_up"] = actions["selected"] == report["masked_per_sequence"]["sum"]
+    return checks
+
+
+def render_report(report: dict) -> str:
+    """The report as readable text."""
+    docs, sents, inst = report["documents"], report["sentences"], report["instances"]
+    lines = [
+        "hfbert pretraining data report",
+        f"documents: {docs['total']} read, {docs['empty_skipped']} empty (skipped), {docs['used']} used",
+        f"sentences: {sents['total']} read, {sents['skipped_empty']} empty (skipped), {sents['used']} used, "
+        f"{sents['tokens']} tokens",
+        f"duplicate lines: {report['duplicate_lines']['ratio']:.2%} of {report['duplicate_lines']['lines']}",
+        f"pools: {report['pools']['count']} ({report['pools']['single_document']} with a single document)",
+        f"short target lengths: {report['short_targets']['short']} of {report['short_targets']['document_passes']} "
+        f"document passes ({report['short_targets']['fraction']:.2%})",
+        f"instances: {inst['total']} = {inst['actual_next']} actual next + {inst['random_next']} random next "
+        f"({inst['random_next_fraction']:.2%} random); {inst['truncated']} truncated "
+        f"({inst['truncated_tokens']} tokens removed)",
+        _render_distribution("sequence length", report["lengths"]),
+    ]
+    if report["input"]:
+        read = report["input"]
+        lines.insert(1, f"input: {read['lines']} lines = {read['text_lines']} text + {read['blank_lines']} "
+                        f"blank + {read['boundary_lines']} boundary, from {len(read['files'])} file(s)")
+    if "masked_per_sequence" in report:
+        lines.append(_render_distribution("masked per sequence", report["masked_per_sequence"]))
+        actions = report.get("mask_actions")
+        if actions:
+            lines.append(f"masked positions: {actions['selected']} = {actions['mask_token']} [MASK] + "
+                         f"{actions['random_token']} random + {actions['unchanged']} unchanged")
+    failed = [name for name, ok in report["checks"].items() if not ok]
+    lines.append("checks: all counts add up" if not failed else f"checks FAILED: {', '.join(failed)}")
+    return "\n".join(lines) + "\n"
+
+
+def _render_distribution(name: str, dist: dict) -> str:
+    if dist.get("count", 0) == 0:
+        return f"{name}: (none)"
+    return (f"{name}: min {dist['min']}, mean {dist['mean']}, p50 {dist['p50']:g}, p90 {dist['p90']:g}, "
+            f"p99 {dist['p99']:g}, max {dist['max']}")
+
+
+def write_report(report: dict, directory: str | Path) -> tuple[Path, Path]:
+    """Write ``report.json`` and ``report.txt`` into ``directory`` (created if needed); return both paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    json_path, text_path = directory / "report.json", directory / "report.txt"
+    json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    text_path.write_text(render_report(report), encoding="utf-8")
+    return json_path, text_path
