@@ -1,0 +1,588 @@
+"""``hfbert pretrain``: corpus -> WordPiece vocabulary -> NSP/MLM examples -> Accelerate training -> Hub-format folder.
+
+With no arguments this is the project's main job: the built-in public-domain Austen corpus, an 8,000-entry
+vocabulary, the ``mini`` preset, a few minutes on a CPU, then a fill-mask example from the trained model. Every
+setting is in :class:`~hfbert.pretrain_config.PretrainConfig`; ``pretrain(config)`` is the same job as a function.
+
+The loop (after transformers' ``run_mlm_no_trainer.py`` and accelerate's ``nlp_example.py``) reads like the job:
+
+    settings -> data (documents, held-out split, vocabulary, examples) -> model + optimizer + schedule
+    -> [resume] -> train (log, evaluate, checkpoint) -> evaluate -> export (save_pretrained, card, curve) -> push
+
+What makes it exactly resumable: batches come from :class:`~hfbert.pretrain_data.BatchPlan` (rows by arithmetic on
+the step), dynamic masks from a generator seeded by the step, and a checkpoint holds model, optimizer, schedule,
+every process's RNG states and the logging window. A resumed run computes bit for bit what an uninterrupted one
+does (fp32 on a CPU), and logs the same lines.
+
+Outputs in ``output_dir``: ``config.json`` (with ``auto_map``) and ``model.safetensors`` plus the modeling files,
+the tokenizer files, ``README.md`` (model card), ``metrics.json``, ``loss_curve.png``, ``pretrain_config.json``;
+resumable state in ``checkpoint-*`` folders and logs in ``runs/`` (neither is uploaded by ``push_to_hub``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpointing import latest_checkpoint, list_checkpoints, load_checkpoint, remove_incomplete, save_checkpoint
+from .pretrain_config import (
+    RESUMABLE_CHANGES,
+    ConfigError,
+    Phase,
+    PretrainConfig,
+    help_text,
+    parse_args,
+    resolve_phases,
+)
+from .pretrain_data import (
+    BatchPlan,
+    PretrainingData,
+    check_sources,
+    collate,
+    examples_at,
+    iterate_eval_batches,
+    load_documents,
+    load_tokenizer,
+    prepare_data,
+    split_documents,
+    train_tokenizer,
+)
+
+__all__ = ["PretrainResult", "TrainingDivergedError", "main", "pretrain", "preflight"]
+
+CONFIG_FILE = "pretrain_config.json"
+LOG_FILE = Path("runs") / "metrics.jsonl"
+METRICS_FILE = "metrics.json"
+CURVE_FILE = "loss_curve.png"
+# Statistics summed over processes each optimizer step (one all-reduce of this small vector).
+_STATS = ("loss", "mlm_loss", "nsp_loss", "mlm_correct", "mlm_total", "nsp_correct", "nsp_total", "tokens",
+          "micro_batches", "time_up")
+
+
+class TrainingDivergedError(RuntimeError):
+    """The loss became NaN or infinite; the weights of that step were not updated."""
+
+
+@dataclass
+class PretrainResult:
+    output_dir: Path
+    metrics: dict[str, Any]
+    fill_mask: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class LoopState:
+    """Everything the loop carries between steps besides model/optimizer/schedule/RNG (saved in checkpoints)."""
+
+    step: int = 0  # optimizer steps done
+    window: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_STATS, 0.0))
+    window_seconds: float = 0.0
+    tokens_seen: int = 0
+    train_seconds: float = 0.0  # summed over every invocation of the run
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Before any work
+
+
+def _existing_run(output_dir: Path) -> list[str]:
+    markers = [p.name for _, p in list_checkpoints(output_dir)]
+    markers += [name for name in (CONFIG_FILE, "config.json") if (output_dir / name).is_file()]
+    return markers
+
+
+def _check_writable(output_dir: Path) -> None:
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ConfigError(f"output_dir {output_dir} exists and is not a folder")
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        descriptor, probe = tempfile.mkstemp(prefix=".hfbert-write-test-", dir=output_dir)
+        os.close(descriptor)
+        os.unlink(probe)
+    except OSError as err:
+        raise ConfigError(f"output_dir {output_dir} is not writable: {err.strerror or err}") from None
+
+
+def _check_resume(config: PretrainConfig, output_dir: Path) -> None:
+    existing = _existing_run(output_dir)
+    if config.resume:
+        if latest_checkpoint(output_dir) is None:
+            raise ConfigError(f"resume: there is no complete checkpoint in {output_dir}")
+        saved = json.loads((output_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+        current = config.to_dict()
+        changed = sorted(k for k in current if k not in RESUMABLE_CHANGES and saved.get(k) != current[k])
+        if changed:
+            raise ConfigError(
+                f"resume: these settings differ from the run in {output_dir}: "
+                + ", ".join(f"{k} ({saved.get(k)!r} -> {current[k]!r})" for k in changed)
+            )
+    elif existing and not config.overwrite_output_dir:
+        raise ConfigError(
+            f"output_dir {output_dir} already holds a run ({', '.join(existing[:4])}); pass --resume to continue it "
+            "or --overwrite_output_dir true to start over"
+        )
+
+
+def preflight(config: PretrainConfig) -> None:
+    """Every check that can fail without doing the work: inputs exist, hardware fits, the output folder is
+    writable and consistent with resume/overwrite. Raises :class:`ConfigError`."""
+    check_sources(config)
+    if config.mixed_precision == "fp16" and not torch.cuda.is_available():
+        raise ConfigError("mixed_precision fp16 needs a GPU; use bf16 or no on a CPU")
+    output_dir = Path(config.output_dir)
+    _check_writable(output_dir)
+    _check_resume(config, output_dir)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Setup
+
+
+def _make_accelerator(config: PretrainConfig):
+    import importlib.util
+
+    from accelerate import Accelerator
+
+    from .tracking import JsonlTracker
+
+    output_dir = Path(config.output_dir)
+    trackers: list[Any] = [JsonlTracker(output_dir / LOG_FILE)]  # always: the curve, card and resume read it
+    if "tensorboard" in config.report_to and importlib.util.find_spec("tensorboard") is not None:
+        trackers.append("tensorboard")
+    # Without a GPU, say so: accelerate only sets up multi-process CPU training (gloo) for cpu=True.
+    on_cpu = not (torch.cuda.is_available() or torch.backends.mps.is_available())
+    return Accelerator(
+        cpu=on_cpu, mixed_precision=config.mixed_precision, log_with=trackers,
+        project_dir=str(output_dir / "runs"),
+    )
+
+
+def _start_output_dir(config: PretrainConfig, accelerator) -> None:
+    """Clear what a previous run left (when overwriting, or a half-written checkpoint) and record the settings."""
+    output_dir = Path(config.output_dir)
+    if accelerator.is_main_process:
+        remove_incomplete(output_dir)
+        if not config.resume:
+            for _, path in list_checkpoints(output_dir):
+                shutil.rmtree(path)
+            (output_dir / LOG_FILE).unlink(missing_ok=True)
+            (output_dir / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=1), encoding="utf-8")
+    accelerator.wait_for_everyone()
+
+
+def _prepare_data(config: PretrainConfig, accelerator, phases: list[Phase]):
+    """Documents -> split -> tokenizer (trained once by the main process, or reused) -> examples."""
+    documents, corpus_name = load_documents(config)
+    train_docs, eval_docs = split_documents(documents, config.eval_fraction, config.seed)
+    output_dir = Path(config.output_dir)
+    with accelerator.main_process_first():
+        if accelerator.is_main_process and not config.resume:
+            tokenizer = load_tokenizer(config.tokenizer) if config.tokenizer else train_tokenizer(config, train_docs)
+            tokenizer.save_pretrained(output_dir)
+        # Every process, and every resumption, reads the one saved copy: WordPiece training is not reproducible
+        # from one process to the next (ties between merges), so it must never run twice for one run.
+        tokenizer = load_tokenizer(output_dir)
+    data = prepare_data(config, tokenizer, train_docs, eval_docs, [p.max_seq_length for p in phases], corpus_name)
+    return tokenizer, data
+
+
+def _build_model(config: PretrainConfig, tokenizer):
+    from .configuration_hfbert import HfBertConfig
+    from .modeling_hfbert import HfBertForPreTraining
+
+    model_config = HfBertConfig.from_preset(
+        config.preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **config.model
+    )
+    torch.manual_seed(config.seed)  # the same initial weights on every process and every start
+    return HfBertForPreTraining(model_config)
+
+
+def _build_optimizer(config: PretrainConfig, model):
+    from .optim import create_optimizer, linear_warmup_decay, warmup_steps_for
+
+    optimizer = create_optimizer(
+        model, config.optimizer, lr=config.learning_rate, weight_decay=config.weight_decay,
+        betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon,
+    )
+    warmup = config.warmup_steps if config.warmup_steps is not None else warmup_steps_for(
+        config.max_steps, config.warmup_ratio)
+    return optimizer, linear_warmup_decay(optimizer, warmup, config.max_steps)
+
+
+def _collator(config: PretrainConfig, tokenizer):
+    from .data import DataCollatorForBertPretraining
+
+    return DataCollatorForBertPretraining(
+        tokenizer, config.masked_lm_prob, max_predictions_per_seq=config.max_predictions_per_seq,
+        whole_word_mask=config.whole_word_mask,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The loop
+
+
+class _Loop:
+    """Train from ``state.step`` to ``max_steps`` (or the time limit): log, evaluate, checkpoint."""
+
+    def __init__(self, config, accelerator, model, optimizer, scheduler, collator, data: PretrainingData, phases,
+                 state: LoopState):
+        self.config, self.accelerator, self.model = config, accelerator, model
+        self.optimizer, self.scheduler, self.collator, self.data = optimizer, scheduler, collator, data
+        self.phases, self.state = phases, state
+        world, seed = accelerator.num_processes, config.seed
+        self.plans = [BatchPlan(len(data.train[p.max_seq_length]), p.batch_size, world, seed, p.index)
+                      for p in phases]
+        self.output_dir = Path(config.output_dir)
+        self.last_saved = state.step
+        self.clock = _Clock(state.train_seconds)
+        self.last_evaluation: tuple[int, dict] = (-1, {})
+
+    def phase_at(self, step: int) -> Phase:
+        return next(p for p in self.phases if p.first_step <= step < p.first_step + p.steps)
+
+    def run(self) -> str:
+        """Returns why training stopped: ``"max_steps"`` or ``"max_time"``."""
+        from tqdm.auto import tqdm
+
+        config, state = self.config, self.state
+        bar = tqdm(total=config.max_steps, initial=state.step, desc="pretraining", dynamic_ncols=True,
+                   disable=not (config.progress_bar and self.accelerator.is_local_main_process))
+        limit = None if config.max_time_minutes is None else config.max_time_minutes * 60
+        stop = "max_steps"
+        self.model.train()
+        while state.step < config.max_steps:
+            stats = self.train_step(time_up=limit is not None and self.clock.this_run() >= limit)
+            state.step += 1
+            state.tokens_seen += int(stats["tokens"])
+            for key in _STATS:
+                state.window[key] += stats[key]
+            state.window_seconds += stats["seconds"]
+            bar.update(1)
+            if state.step % config.logging_steps == 0:
+                bar.set_postfix(loss=f"{self.log_window():.3f}")
+            if state.step % config.eval_steps == 0:
+                self.accelerator.log(self.evaluation(), step=state.step)
+            if state.step % config.save_steps == 0:
+                self.checkpoint()
+            if stats["time_up"] > 0 and state.step < config.max_steps:
+                stop = "max_time"
+                break
+        bar.close()
+        if state.window["micro_batches"] > 0:  # the steps since the last log line
+            self.log_window()
+        if self.last_saved != state.step:
+            self.checkpoint()
+        return stop
+
+    def train_step(self, time_up: bool) -> dict[str, float]:
+        """One optimizer step over ``gradient_accumulation_steps`` micro-batches on every process."""
+        accelerator, config, step = self.accelerator, self.config, self.state.step
+        phase = self.phase_at(step)
+        plan, dataset = self.plans[phase.index], self.data.train[phase.max_seq_length]
+        accumulation, rank = config.gradient_accumulation_steps, accelerator.process_index
+        started = time.monotonic()
+        totals = torch.zeros(len(_STATS), dtype=torch.float64)
+        for micro_step in range(accumulation):
+            micro = (step - phase.first_step) * accumulation + micro_step
+            batch = collate(self.collator, examples_at(dataset, plan.rows(micro, rank)), plan.mask_seed(micro, rank))
+            batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
+            # Gradients are all-reduced only on the last micro-batch of the step.
+            sync = contextlib.nullcontext() if micro_step == accumulation - 1 else accelerator.no_sync(self.model)
+            with sync:
+                outputs = self.model(**batch)
+                accelerator.backward(outputs.loss / accumulation)
+            totals += _batch_stats(outputs, batch)
+        totals[_STATS.index("time_up")] = float(time_up)
+        totals = accelerator.reduce(totals.to(accelerator.device), reduction="sum").cpu()
+        stats = dict(zip(_STATS, totals.tolist()))
+        if not math.isfinite(stats["loss"]):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise TrainingDivergedError(self._diverged_message(stats["loss"], step + 1))
+        if config.max_grad_norm > 0:
+            accelerator.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
+        self.optimizer.step()
+        if not accelerator.optimizer_step_was_skipped:  # fp16 overflow: the schedule waits too
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        stats["seconds"] = time.monotonic() - started
+        return stats
+
+    def _diverged_message(self, loss: float, step: int) -> str:
+        latest = latest_checkpoint(self.output_dir)
+        where = f"the last good checkpoint is {latest}" if latest else "no checkpoint had been written yet"
+        return (f"the training loss became {loss} at step {step}; stopped before updating the weights, and "
+                f"{where}. Resume from it with a lower learning_rate (or fp32) to continue.")
+
+    def log_window(self) -> float:
+        """Log the averages over the steps since the last log line; returns the mean loss."""
+        state = self.state
+        w, micro = state.window, max(state.window["micro_batches"], 1.0)
+        values = {
+            "loss": w["loss"] / micro,
+            "mlm_loss": w["mlm_loss"] / micro,
+            "nsp_loss": w["nsp_loss"] / micro,
+            "mlm_accuracy": w["mlm_correct"] / max(w["mlm_total"], 1.0),
+            "nsp_accuracy": w["nsp_correct"] / max(w["nsp_total"], 1.0),
+            "learning_rate": self.scheduler.get_last_lr()[0],
+            "tokens_per_second": w["tokens"] / max(state.window_seconds, 1e-9),
+            "tokens_seen": state.tokens_seen,
+            "max_seq_length": self.phase_at(state.step - 1).max_seq_length,
+            "train_seconds": self.clock.total(),  # wall clock since the start, evaluations and checkpoints included
+        }
+        self.accelerator.log(values, step=state.step)
+        state.window, state.window_seconds = dict.fromkeys(_STATS, 0.0), 0.0
+        return values["loss"]
+
+    def evaluation(self) -> dict[str, float]:
+        """The held-out metrics at the current step (computed once per step)."""
+        if self.last_evaluation[0] != self.state.step:
+            self.last_evaluation = (self.state.step, self.evaluate())
+        return self.last_evaluation[1]
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Held-out MLM/NSP loss and accuracy at the current phase's length, with the fixed held-out masks."""
+        accelerator = self.accelerator
+        phase = self.phase_at(max(self.state.step - 1, 0))
+        model = accelerator.unwrap_model(self.model)
+        model.eval()
+        totals = torch.zeros(len(_STATS), dtype=torch.float64)
+        batches = iterate_eval_batches(self.data.evaluation[phase.max_seq_length], self.config.eval_batch_size,
+                                       accelerator.process_index, accelerator.num_processes)
+        for examples in batches:
+            # Static examples need no randomness; collate() still fences off the global RNG the collator reads.
+            batch = {k: v.to(accelerator.device) for k, v in collate(self.collator, examples, 0).items()}
+            with accelerator.autocast():
+                outputs = model(**batch)
+            # Losses are means over a batch: weight them by its size so the held-out numbers are per example.
+            totals += _batch_stats(outputs, batch, weight=len(examples))
+        model.train()
+        totals = accelerator.reduce(totals.to(accelerator.device), reduction="sum").cpu()
+        s = dict(zip(_STATS, totals.tolist()))
+        examples = max(s["nsp_total"], 1.0)
+        return {
+            "eval_loss": s["loss"] / examples,
+            "eval_mlm_loss": s["mlm_loss"] / examples,
+            "eval_nsp_loss": s["nsp_loss"] / examples,
+            "eval_mlm_accuracy": s["mlm_correct"] / max(s["mlm_total"], 1.0),
+            "eval_nsp_accuracy": s["nsp_correct"] / examples,
+        }
+
+    def checkpoint(self) -> None:
+        self.state.train_seconds = self.clock.total()
+        save_checkpoint(self.accelerator, self.output_dir, self.state.step, asdict(self.state), self.config.keep_last)
+        self.last_saved = self.state.step
+
+
+class _Clock:
+    """Training seconds: this invocation's, and the run's total over every resumption."""
+
+    def __init__(self, earlier_seconds: float):
+        self.earlier, self.started = earlier_seconds, time.monotonic()
+
+    def this_run(self) -> float:
+        return time.monotonic() - self.started
+
+    def total(self) -> float:
+        return self.earlier + self.this_run()
+
+
+def _batch_stats(outputs, batch: dict[str, torch.Tensor], weight: float = 1.0) -> torch.Tensor:
+    """Loss sums, MLM/NSP correct and total counts and real tokens of one micro-batch, as a _STATS vector."""
+    labels = batch["labels"]
+    targets = labels[labels != -100]  # the rows of prediction_logits, in the same row-major order
+    mlm_correct = (outputs.prediction_logits.argmax(-1) == targets).sum()
+    nsp_correct = (outputs.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum()
+    values = {
+        "loss": outputs.loss.detach().double() * weight,
+        "mlm_loss": outputs.mlm_loss.detach().double() * weight,
+        "nsp_loss": outputs.nsp_loss.detach().double() * weight,
+        "mlm_correct": mlm_correct, "mlm_total": targets.numel(),
+        "nsp_correct": nsp_correct, "nsp_total": batch["next_sentence_label"].numel(),
+        "tokens": batch["attention_mask"].sum(), "micro_batches": 1.0, "time_up": 0.0,
+    }
+    return torch.tensor([float(values[key]) for key in _STATS], dtype=torch.float64)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The job
+
+
+def _resume(config: PretrainConfig, accelerator) -> LoopState:
+    """Load the latest checkpoint and cut the log back to its step (lines a killed run wrote after it)."""
+    from .tracking import JsonlTracker
+
+    path = latest_checkpoint(config.output_dir)
+    saved = load_checkpoint(accelerator, path)
+    state = LoopState(**{k: v for k, v in saved.items() if k in LoopState.__dataclass_fields__})
+    if accelerator.is_main_process:
+        JsonlTracker.truncate_after(Path(config.output_dir) / LOG_FILE, state.step)
+    accelerator.wait_for_everyone()
+    accelerator.print(f"resumed from {path} at step {state.step}")
+    return state
+
+
+def _tracker_config(config: PretrainConfig, data: PretrainingData) -> dict[str, Any]:
+    """Settings and data statistics as flat scalars (TensorBoard's hparams accept nothing else)."""
+    flat = {}
+    for key, value in {**config.to_dict(), **{f"data_{k}": v for k, v in data.stats.items()}}.items():
+        flat[key] = value if isinstance(value, (int, float, str, bool)) or value is None else json.dumps(value)
+    return flat
+
+
+def pretrain(config: PretrainConfig) -> PretrainResult:
+    """The whole job; see the module docstring. Raises :class:`ConfigError` before any work for bad settings,
+    :class:`TrainingDivergedError` when the loss stops being finite."""
+    from transformers import set_seed
+
+    preflight(config)
+    phases = resolve_phases(config)
+    accelerator = _make_accelerator(config)
+    accelerator.wait_for_everyone()  # every process has checked the output folder before anything is written
+    _start_output_dir(config, accelerator)
+    tokenizer, data = _prepare_data(config, accelerator, phases)
+    model = _build_model(config, tokenizer)
+    optimizer, scheduler = _build_optimizer(config, model)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    # The schedule is stepped here once per optimizer step; accelerate's wrapper would step it once per process.
+    accelerator.register_for_checkpointing(scheduler)
+    set_seed(config.seed + accelerator.process_index)  # dropout differs between processes, not between starts
+    state = _resume(config, accelerator) if config.resume else LoopState()
+    accelerator.init_trackers("hfbert-pretrain", config=_tracker_config(config, data))
+    loop = _Loop(config, accelerator, model, optimizer, scheduler, _collator(config, tokenizer), data, phases, state)
+    try:
+        stopped_by = loop.run()
+        metrics = {**loop.evaluation(), "step": state.step, "stopped_by": stopped_by,
+                   "train_seconds": round(state.train_seconds, 1), "tokens_seen": state.tokens_seen,
+                   "num_processes": accelerator.num_processes}
+        metrics.update({k: v for k, v in data.stats.items() if k.startswith("eval_") and "baseline" in k})
+        if state.step % config.eval_steps != 0:  # else the loop has just logged this evaluation
+            accelerator.log({k: v for k, v in metrics.items() if k.startswith("eval_")}, step=state.step)
+        result = PretrainResult(Path(config.output_dir), metrics)
+        if accelerator.is_main_process:
+            result.fill_mask = _export(config, accelerator.unwrap_model(model), tokenizer, data, metrics, phases)
+        accelerator.wait_for_everyone()
+    finally:
+        accelerator.end_training()
+    if config.push_to_hub and accelerator.is_main_process:
+        _push(config)
+    return result
+
+
+def _export(config, model, tokenizer, data: PretrainingData, metrics: dict, phases) -> list[dict]:
+    """Write the Hub-format folder: model, tokenizer, metrics, loss curve, fill-mask example, model card."""
+    from .modelcard import write_pretrained_card
+    from .tracking import read_jsonl
+
+    output_dir = Path(config.output_dir)
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    (output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
+    records = read_jsonl(output_dir / LOG_FILE)
+    curve = plot_curve(records, output_dir / CURVE_FILE, baselines=data.stats)
+    fill_mask = fill_mask_example(output_dir, config.fill_mask_text)
+    write_pretrained_card(output_dir, config=config, model_config=model.config, stats=data.stats, metrics=metrics,
+                          phases=phases, curve=curve, fill_mask=fill_mask, fill_mask_text=config.fill_mask_text)
+    return fill_mask
+
+
+def fill_mask_example(model_dir: str | Path, text: str, top_k: int = 5) -> list[dict]:
+    """``pipeline("fill-mask")`` on the exported folder: the top tokens for the [MASK] in ``text``."""
+    from transformers import pipeline
+
+    fill = pipeline("fill-mask", model=str(model_dir), tokenizer=str(model_dir), device="cpu")
+    return [{"token": r["token_str"], "score": round(float(r["score"]), 4)} for r in fill(text, top_k=top_k)]
+
+
+def plot_curve(records: list[dict], path: Path, baselines: dict | None = None) -> Path | None:
+    """Training loss and held-out MLM/NSP accuracy against the step; None when matplotlib is not installed."""
+    try:
+        from matplotlib.figure import Figure  # the object API needs no global backend
+    except ImportError:
+        return None
+    train = [(r["step"], r["loss"]) for r in records if "loss" in r and isinstance(r.get("loss"), float)]
+    held = [(r["step"], r["eval_mlm_accuracy"], r["eval_nsp_accuracy"]) for r in records if "eval_mlm_accuracy" in r]
+    figure = Figure(figsize=(10, 4), layout="constrained")
+    loss_axes, accuracy_axes = figure.subplots(1, 2)
+    if train:
+        loss_axes.plot(*zip(*train), label="training loss (MLM + NSP)")
+    loss_axes.set(xlabel="optimizer step", ylabel="loss", title="training loss")
+    loss_axes.legend()
+    if held:
+        steps, mlm, nsp = zip(*held)
+        accuracy_axes.plot(steps, mlm, marker="o", label="held-out MLM accuracy")
+        accuracy_axes.plot(steps, nsp, marker="s", label="held-out NSP accuracy")
+    for key, style, label in (("eval_mlm_baseline_most_frequent_token", ":", "MLM: most frequent token"),
+                              ("eval_nsp_baseline_majority_class", "--", "NSP: majority class")):
+        if baselines and key in baselines:
+            accuracy_axes.axhline(baselines[key], linestyle=style, color="grey", label=label)
+    accuracy_axes.set(xlabel="optimizer step", ylabel="accuracy", ylim=(0, 1), title="held-out accuracy")
+    accuracy_axes.legend()
+    figure.savefig(path, dpi=100)
+    return path
+
+
+def _push(config: PretrainConfig) -> None:
+    from .hub import push_to_hub
+
+    result = push_to_hub(config.output_dir, config.push_to_hub, revision=config.hub_revision,
+                         commit_message="hfbert pretrain: model, tokenizer, card and metrics")
+    print(f"pushed to {result.repo_id}@{result.revision}: {result.commit_url}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Command line
+
+
+def _summary(result: PretrainResult, text: str) -> str:
+    m = result.metrics
+    lines = [
+        f"done: {m['step']} steps ({m['stopped_by']}), {m['train_seconds']:.0f} s of training",
+        f"held-out MLM accuracy {m['eval_mlm_accuracy']:.3f} (most-frequent-token baseline "
+        f"{m.get('eval_mlm_baseline_most_frequent_token', float('nan')):.3f}), NSP accuracy "
+        f"{m['eval_nsp_accuracy']:.3f} (majority baseline "
+        f"{m.get('eval_nsp_baseline_majority_class', float('nan')):.3f})",
+        f"Hub-format model in {result.output_dir}",
+    ]
+    if result.fill_mask:
+        lines.append(f"fill-mask: {text}")
+        lines += [f"  {r['token']!r:>16}  {r['score']:.4f}" for r in result.fill_mask]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``hfbert pretrain [--config FILE] [--key value ...]``; exit status 2 for bad settings, 1 for a divergence."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print(help_text())
+        return 0
+    try:
+        config = parse_args(argv)
+        preflight(config)
+    except ConfigError as err:
+        print(f"hfbert pretrain: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        result = pretrain(config)
+    except TrainingDivergedError as err:
+        print(f"hfbert pretrain: {err}", file=sys.stderr)
+        return 1
+    if result.fill_mask:  # the main process
+        print(_summary(result, config.fill_mask_text))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

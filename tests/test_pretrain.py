@@ -1,0 +1,537 @@
+"""hfbert pretrain: exact resume after SIGKILL, training dynamics equal to transformers', multi-process runs,
+loadable Hub-format output, and failures that happen before any work or leave the last good checkpoint.
+
+Everything runs a tiny model (hidden 32, 2 layers) on the first nine chapters of the shipped Austen corpus.
+"""
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file
+
+import hfbert
+from hfbert.checkpointing import STATE_FILE, latest_checkpoint, list_checkpoints
+from hfbert.data import CHAPTER_HEADING, DataCollatorForBertPretraining
+from hfbert.optim import create_optimizer, linear_warmup_decay
+from hfbert.pretrain import main, pretrain
+from hfbert.pretrain_config import ConfigError, PretrainConfig, load_config, parse_args, resolve_phases
+from hfbert.pretrain_data import (
+    BUILTIN_CORPUS,
+    BatchPlan,
+    collate,
+    examples_at,
+    load_documents,
+    load_tokenizer,
+    prepare_data,
+    split_documents,
+    train_tokenizer,
+)
+from hfbert.tracking import read_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37}
+N = 8  # steps of the resume experiments
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Bitwise comparisons between this process and subprocesses need the same (single-threaded) kernels."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """The first 400 lines of the shipped corpus: nine chapters, about 390 sentences."""
+    with gzip.open(BUILTIN_CORPUS, "rt", encoding="utf-8") as handle:
+        lines = [next(handle) for _ in range(400)]
+    path = tmp_path_factory.mktemp("corpus") / "austen_head.txt"
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(corpus, tmp_path_factory) -> Path:
+    """One vocabulary shared by every run (WordPiece training is not reproducible across processes)."""
+    config = PretrainConfig.from_dict(settings(corpus, None, "unused"))
+    documents, _ = load_documents(config)
+    train, _ = split_documents(documents, config.eval_fraction, config.seed)
+    path = tmp_path_factory.mktemp("tokenizer")
+    train_tokenizer(config, train).save_pretrained(path)
+    return path
+
+
+def settings(corpus, tokenizer_dir, output_dir, **overrides) -> dict:
+    values = {
+        "corpus": [str(corpus)], "input_layout": "paragraphs", "document_boundary": CHAPTER_HEADING,
+        "vocab_size": 400, "preset": "tiny", "model": dict(TINY_MODEL), "batch_size": 8, "max_seq_length": 64,
+        "max_steps": N, "logging_steps": 1, "eval_steps": 4, "save_steps": 2, "keep_last": 3,
+        "max_time_minutes": None, "eval_fraction": 0.2, "max_eval_examples": 24, "progress_bar": False,
+        "report_to": ["jsonl"], "output_dir": str(output_dir), "fill_mask_text": "She was [MASK] happy.",
+    }
+    if tokenizer_dir is not None:
+        values["tokenizer"] = str(tokenizer_dir)
+    values.update(overrides)
+    return values
+
+
+def write_config(path: Path, values: dict) -> Path:
+    path.write_text(json.dumps(values), encoding="utf-8")
+    return path
+
+
+def logged_steps(output_dir: Path) -> list[dict]:
+    """Every logged line except the wall-clock figures, which no two runs share."""
+    records = read_jsonl(output_dir / "runs" / "metrics.jsonl")
+    clock = ("tokens_per_second", "train_seconds")
+    return [{k: v for k, v in r.items() if k not in clock} for r in records if "step" in r]
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    left, right = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert left.keys() == right.keys()
+    different = [name for name in left if not torch.equal(left[name], right[name])]
+    assert not different, f"parameters differ bitwise: {different[:5]}"
+
+
+def run_script(script: str, *args, timeout: int = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script), *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+# The resume experiments run BERT's two-phase schedule in miniature: 5 steps at length 64, then 3 at length 96.
+PHASES = [{"max_seq_length": 64, "steps": 5}, {"max_seq_length": 96, "steps": 3}]
+
+
+@pytest.fixture(scope="module")
+def straight_run(corpus, tokenizer_dir, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("straight")
+    result = pretrain(PretrainConfig.from_dict(settings(corpus, tokenizer_dir, output_dir, phases=PHASES)))
+    return output_dir, result
+
+
+def test_straight_run_follows_the_phases_and_keeps_the_last_checkpoints(straight_run):
+    output_dir, result = straight_run
+    assert [step for step, _ in list_checkpoints(output_dir)] == [4, 6, 8]  # keep_last=3
+    lengths = {r["step"]: r["max_seq_length"] for r in logged_steps(output_dir) if "loss" in r}
+    assert lengths == {1: 64, 2: 64, 3: 64, 4: 64, 5: 64, 6: 96, 7: 96, 8: 96}
+    assert result.metrics["step"] == N and result.metrics["stopped_by"] == "max_steps"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 1. Exact resume
+
+
+KILL_AFTER_CHECKPOINT = """
+    import os, signal, sys, torch
+    torch.set_num_threads(1)
+    import hfbert.checkpointing as checkpointing
+    from hfbert.pretrain import main
+
+    publish = checkpointing._publish
+
+    def publish_then_die(scratch, final):
+        publish(scratch, final)
+        if final.name == sys.argv[2]:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    checkpointing._publish = publish_then_die
+    sys.exit(main(["--config", sys.argv[1]]))
+"""
+
+KILL_DURING_CHECKPOINT = """
+    import os, signal, sys, torch
+    torch.set_num_threads(1)
+    import hfbert.checkpointing as checkpointing
+    from hfbert.pretrain import main
+
+    flush = checkpointing._fsync_tree
+
+    def die_half_written(folder):
+        if folder.name == sys.argv[2] + ".tmp":
+            victim = folder / "optimizer.bin"  # leave a half-written file behind, as a crash mid-write would
+            victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+        flush(folder)
+
+    checkpointing._fsync_tree = die_half_written
+    sys.exit(main(["--config", sys.argv[1]]))
+"""
+
+
+def test_sigkill_after_half_the_steps_then_resume_is_bitwise_identical(straight_run, corpus, tokenizer_dir,
+                                                                       tmp_path):
+    straight_dir, _ = straight_run
+    output_dir = tmp_path / "killed"
+    config_file = write_config(tmp_path / "run.json", settings(corpus, tokenizer_dir, output_dir, phases=PHASES))
+    killed = run_script(KILL_AFTER_CHECKPOINT, config_file, f"checkpoint-{N // 2:08d}")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert [step for step, _ in list_checkpoints(output_dir)] == [2, 4]
+    assert not (output_dir / "model.safetensors").exists()  # it never got to the export
+
+    resumed = pretrain(PretrainConfig.from_dict(
+        settings(corpus, tokenizer_dir, output_dir, phases=PHASES, resume=True)))
+    assert resumed.metrics["step"] == N
+    assert_same_weights(straight_dir, output_dir)
+    assert logged_steps(output_dir) == logged_steps(straight_dir)
+    assert [r["step"] for r in logged_steps(output_dir) if "loss" in r] == list(range(1, N + 1))
+
+
+def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(straight_run, corpus, tokenizer_dir, tmp_path):
+    straight_dir, _ = straight_run
+    output_dir = tmp_path / "killed"
+    config_file = write_config(tmp_path / "run.json", settings(corpus, tokenizer_dir, output_dir, phases=PHASES))
+    killed = run_script(KILL_DURING_CHECKPOINT, config_file, f"checkpoint-{4:08d}")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert (output_dir / "checkpoint-00000004.tmp").is_dir()  # the torn write is there ...
+    assert latest_checkpoint(output_dir).name == "checkpoint-00000002"  # ... and is not taken for a checkpoint
+
+    pretrain(PretrainConfig.from_dict(settings(corpus, tokenizer_dir, output_dir, phases=PHASES, resume=True)))
+    assert not (output_dir / "checkpoint-00000004.tmp").exists()
+    assert_same_weights(straight_dir, output_dir)
+    assert logged_steps(output_dir) == logged_steps(straight_dir)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 2. Training dynamics equal to transformers' BertForPreTraining
+
+
+def _train(model, batches, optimizer_name: str) -> list[tuple[float, float, float]]:
+    """The pretraining step of hfbert.pretrain: forward, backward, clip at 1.0, optimizer, schedule."""
+    optimizer = create_optimizer(model, optimizer_name, lr=1e-3, weight_decay=0.01)
+    scheduler = linear_warmup_decay(optimizer, warmup_steps=5, total_steps=len(batches))
+    losses = []
+    for batch in batches:
+        outputs = model(**batch)
+        outputs.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        # transformers' output has no separate MLM/NSP losses: compare the total and the NSP logits' loss.
+        nsp = torch.nn.functional.cross_entropy(outputs.seq_relationship_logits, batch["next_sentence_label"])
+        losses.append((outputs.loss.item(), nsp.item()))
+    return losses
+
+
+@pytest.mark.parametrize("optimizer_name", ["adamw", "adam_google", "lamb"])
+def test_fifty_steps_match_transformers_bert(corpus, tokenizer_dir, optimizer_name):
+    tokenizer = load_tokenizer(tokenizer_dir)
+    config = PretrainConfig.from_dict(settings(corpus, tokenizer_dir, "unused"))
+    documents, _ = load_documents(config)
+    train, held_out = split_documents(documents, config.eval_fraction, config.seed)
+    dataset = prepare_data(config, tokenizer, train, held_out, [64], "test").train[64]
+    plan = BatchPlan(len(dataset), 8, 1, config.seed, 0)
+    collator = DataCollatorForBertPretraining(tokenizer)
+    batches = [collate(collator, examples_at(dataset, plan.rows(k, 0)), plan.mask_seed(k, 0)) for k in range(50)]
+
+    model_config = hfbert.HfBertConfig.from_preset(
+        "tiny", vocab_size=len(tokenizer), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **TINY_MODEL)
+    torch.manual_seed(0)
+    ours = hfbert.HfBertForPreTraining(model_config)
+    theirs = transformers.BertForPreTraining(model_config.to_bert_config())
+    theirs.load_state_dict(ours.state_dict())
+    ours_losses, theirs_losses = _train(ours, batches, optimizer_name), _train(theirs, batches, optimizer_name)
+    for step, (a, b) in enumerate(zip(ours_losses, theirs_losses)):
+        assert a == pytest.approx(b, rel=1e-4), f"step {step}: hfbert {a} vs transformers {b}"
+    assert ours_losses[-1][0] < ours_losses[0][0]  # and it trained
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 4. Two processes under accelerate launch
+
+
+def test_accelerate_launch_two_cpu_processes(corpus, tokenizer_dir, tmp_path):
+    output_dir = tmp_path / "ddp"
+    config_file = write_config(tmp_path / "run.json", settings(
+        corpus, tokenizer_dir, output_dir, max_steps=4, batch_size=4, gradient_accumulation_steps=2, eval_steps=2,
+        logging_steps=2))
+    launcher = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # On a CPU, --multi_gpu is what makes accelerate start one process per rank (torchrun); they talk over gloo.
+    done = subprocess.run([launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "hfbert.pretrain",
+                           "--config", str(config_file)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((output_dir / "metrics.json").read_text())
+    assert metrics["num_processes"] == 2 and metrics["step"] == 4
+    checkpoint = latest_checkpoint(output_dir)
+    assert {"random_states_0.pkl", "random_states_1.pkl", "optimizer.bin"} <= {p.name for p in checkpoint.iterdir()}
+    model = transformers.AutoModelForPreTraining.from_pretrained(output_dir)
+    state = torch.load(checkpoint / "pytorch_model.bin", weights_only=True)
+    model.load_state_dict(state)  # strict: the checkpoint holds every parameter
+    exported = load_file(output_dir / "model.safetensors")  # the final checkpoint is the exported model
+    assert all(torch.equal(state[name], exported[name]) for name in exported)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 5. The output folder loads everywhere
+
+
+def test_output_folder_has_the_hub_files(straight_run):
+    output_dir, result = straight_run
+    for name in ("config.json", "model.safetensors", "modeling_hfbert.py", "configuration_hfbert.py",
+                 "tokenizer.json", "vocab.txt", "README.md", "metrics.json", "loss_curve.png"):
+        assert (output_dir / name).is_file(), name
+    config = json.loads((output_dir / "config.json").read_text())
+    assert config["model_type"] == "hfbert" and "AutoModelForPreTraining" in config["auto_map"]
+    card = (output_dir / "README.md").read_text()
+    assert "library_name: transformers" in card and "- hfbert" in card and "license: apache-2.0" in card
+    assert "MLM accuracy" in card and "loss_curve.png" in card and "Limitations" in card
+    metrics = json.loads((output_dir / "metrics.json").read_text())
+    assert metrics == result.metrics and 0.0 <= metrics["eval_mlm_accuracy"] <= 1.0
+    assert metrics["eval_nsp_baseline_majority_class"] >= 0.5
+
+
+def test_auto_class_and_fill_mask_pipeline_load_the_output(straight_run):
+    output_dir, result = straight_run
+    model = transformers.AutoModelForPreTraining.from_pretrained(output_dir)
+    assert isinstance(model, hfbert.HfBertForPreTraining)
+    saved = load_file(output_dir / "model.safetensors")
+    assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in saved.items())
+    fill = transformers.pipeline("fill-mask", model=str(output_dir))
+    answers = fill("She was [MASK] happy.", top_k=5)
+    assert len(answers) == 5 and all(a["sequence"].startswith("she was") for a in answers)
+    assert [a["token_str"] for a in answers] == [r["token"] for r in result.fill_mask]
+
+
+REMOTE_CODE = """
+    import json, sys
+
+    class RefuseHfbert:  # as on a machine where hfbert is not installed
+        def find_spec(self, name, path=None, target=None):
+            if name == "hfbert" or name.startswith("hfbert."):
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked)")
+            return None
+
+    sys.meta_path.insert(0, RefuseHfbert())
+    import torch, transformers
+    torch.set_num_threads(1)
+    model = transformers.AutoModelForPreTraining.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+    fill = transformers.pipeline("fill-mask", model=sys.argv[1], trust_remote_code=True)
+    ids = torch.tensor([[2, 10, 11, 12, 3, 13, 14, 3]])
+    print(json.dumps({
+        "class": type(model).__module__ + "." + type(model).__name__,
+        "hfbert_imported": any(m == "hfbert" or m.startswith("hfbert.") for m in sys.modules),
+        "nsp": model(ids).seq_relationship_logits.tolist(),
+        "top": fill("She was [MASK] happy.", top_k=1)[0]["token_str"],
+    }))
+"""
+
+
+def test_output_loads_as_remote_code_without_hfbert(straight_run):
+    output_dir, result = straight_run
+    done = run_script(REMOTE_CODE, output_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not report["hfbert_imported"] and "transformers_modules" in report["class"]
+    local = transformers.AutoModelForPreTraining.from_pretrained(output_dir).eval()
+    expected = local(torch.tensor([[2, 10, 11, 12, 3, 13, 14, 3]])).seq_relationship_logits
+    torch.testing.assert_close(torch.tensor(report["nsp"]), expected, rtol=1e-5, atol=1e-6)
+    assert report["top"] == result.fill_mask[0]["token"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 6. Bad input and faults
+
+
+def test_bad_settings_fail_before_any_work(corpus, tmp_path, capsys):
+    output_dir = tmp_path / "never"
+    cases = [
+        (["--corpus", str(tmp_path / "missing.txt")], "corpus file not found"),
+        (["--learning_rte", "1e-3"], "unknown setting --learning_rte"),
+        (["--optimizer", "sgd"], "unknown optimizer 'sgd'"),
+        (["--batch_size", "0"], "batch_size must be >= 1"),
+        (["--batch_size", "many"], "batch_size must be int"),
+        (["--model", "{hidden_size: 30}"], "not a multiple of the number of attention heads"),
+        (["--phases", "[{max_seq_length: 128, fraction: 0.5}]"], "must sum to 1"),
+        (["--tokenizer", str(tmp_path / "nope")], "tokenizer folder not found"),
+    ]
+    for argv, message in cases:
+        assert main([*argv, "--output_dir", str(output_dir)]) == 2
+        assert message in capsys.readouterr().err
+    config_file = tmp_path / "bad.yaml"
+    config_file.write_text("max_steps: 10\nwarmup_ratoi: 0.1\n")
+    assert main(["--config", str(config_file), "--output_dir", str(output_dir)]) == 2
+    assert "unknown setting(s) ['warmup_ratoi']" in capsys.readouterr().err
+    assert not output_dir.exists()  # nothing was created
+
+
+def _tree_digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def test_unwritable_or_occupied_output_folder_fails_clearly(straight_run, corpus, tokenizer_dir, tmp_path,
+                                                            monkeypatch, capsys):
+    straight_dir, _ = straight_run
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    args = ["--config", str(write_config(tmp_path / "run.json", settings(corpus, tokenizer_dir, "x")))]
+    assert main([*args, "--output_dir", str(blocker / "out")]) == 2
+    assert "is not writable" in capsys.readouterr().err
+
+    before = {path.name: _tree_digest(path) for _, path in list_checkpoints(straight_dir)}
+    assert main([*args, "--output_dir", str(straight_dir)]) == 2  # a finished run is not overwritten by accident
+    assert "already holds a run" in capsys.readouterr().err
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("hfbert.pretrain.tempfile.mkstemp", read_only)  # a read-only folder (root ignores chmod)
+    assert main([*args, "--output_dir", str(straight_dir), "--resume"]) == 2
+    assert f"output_dir {straight_dir} is not writable: Permission denied" in capsys.readouterr().err
+    assert {path.name: _tree_digest(path) for _, path in list_checkpoints(straight_dir)} == before
+
+
+def test_failed_checkpoint_write_keeps_the_previous_checkpoint(corpus, tokenizer_dir, tmp_path, monkeypatch):
+    import hfbert.checkpointing as checkpointing
+
+    flush = checkpointing._fsync_tree
+
+    def disk_full_at_step_4(folder):
+        if folder.name == "checkpoint-00000004.tmp":
+            raise OSError(28, "No space left on device")
+        flush(folder)
+
+    monkeypatch.setattr(checkpointing, "_fsync_tree", disk_full_at_step_4)
+    output_dir = tmp_path / "full"
+    with pytest.raises(OSError, match=r"step 4 .*No space left on device.*checkpoint-00000002 and was not modified"):
+        pretrain(PretrainConfig.from_dict(settings(corpus, tokenizer_dir, output_dir)))
+    latest = latest_checkpoint(output_dir)
+    assert latest.name == "checkpoint-00000002"
+    assert json.loads((latest / STATE_FILE).read_text())["step"] == 2
+    assert torch.load(latest / "pytorch_model.bin", weights_only=True)  # loadable
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(corpus, tokenizer_dir, tmp_path, monkeypatch,
+                                                                   capsys):
+    forward = hfbert.HfBertForPreTraining.forward
+    calls = {"train": 0}
+
+    def nan_at_step_5(self, *args, **kwargs):
+        outputs = forward(self, *args, **kwargs)
+        if self.training:
+            calls["train"] += 1
+            if calls["train"] == 5:
+                outputs.loss = outputs.loss * float("nan")
+        return outputs
+
+    monkeypatch.setattr(hfbert.HfBertForPreTraining, "forward", nan_at_step_5)
+    output_dir = tmp_path / "nan"
+    config_file = write_config(tmp_path / "run.json", settings(corpus, tokenizer_dir, output_dir))
+    assert main(["--config", str(config_file)]) == 1
+    message = capsys.readouterr().err
+    assert "the training loss became nan at step 5" in message and "checkpoint-00000004" in message
+    assert latest_checkpoint(output_dir).name == "checkpoint-00000004"
+    assert not (output_dir / "model.safetensors").exists()  # no export of a diverged model
+    monkeypatch.setattr(hfbert.HfBertForPreTraining, "forward", forward)
+    resumed = pretrain(PretrainConfig.from_dict(settings(corpus, tokenizer_dir, output_dir, resume=True)))
+    assert resumed.metrics["step"] == N  # the kept checkpoint resumes
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Settings, data plan, the default job
+
+
+def test_config_file_overrides_and_help(tmp_path, capsys):
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text("batch_size: 16\nlearning_rate: 1.0e-4\noptimizer: lamb\nmodel: {hidden_size: 128}\n")
+    config = parse_args(["--config", str(config_file), "--batch-size", "4", "--corpus", "a.txt", "b.txt",
+                         "--max_time_minutes", "null", "--resume"])
+    assert (config.batch_size, config.learning_rate, config.optimizer) == (4, 1e-4, "lamb")
+    assert config.corpus == ["a.txt", "b.txt"] and config.max_time_minutes is None and config.resume is True
+    assert main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert all(f"--{name} " in text for name in PretrainConfig.__dataclass_fields__)
+
+
+def test_example_configs_are_valid():
+    configs = sorted((REPO / "configs").glob("*.*"))
+    assert configs, "no example configs"
+    for path in configs:
+        load_config(path)
+    two_phase = load_config(REPO / "configs" / "two_phase_128_512.yaml")
+    phases = resolve_phases(two_phase)
+    assert [(p.max_seq_length, p.steps) for p in phases] == [(128, 900), (512, 100)]
+    assert phases[1].first_step == 900
+
+
+def test_batch_plan_is_arithmetic_and_disjoint_across_processes():
+    plan = BatchPlan(num_examples=50, batch_size=4, world_size=2, seed=3, phase=0)
+    assert plan.batches_per_epoch == 6
+    epoch = [row for micro in range(6) for rank in range(2) for row in plan.rows(micro, rank)]
+    assert len(set(epoch)) == 48  # one epoch: every row at most once, two ranks never share a row
+    fresh = BatchPlan(num_examples=50, batch_size=4, world_size=2, seed=3, phase=0)
+    assert fresh.rows(13, 1) == plan.rows(13, 1)  # jumping straight to a step gives the same rows
+    assert plan.rows(6, 0) != plan.rows(0, 0)  # the next epoch is a new permutation
+    assert plan.mask_seed(5, 0) != plan.mask_seed(5, 1)
+    with pytest.raises(ValueError, match="fewer than one global batch"):
+        BatchPlan(num_examples=7, batch_size=4, world_size=2, seed=0, phase=0)
+
+
+def test_default_job_reads_the_builtin_corpus():
+    config = PretrainConfig()
+    assert config.corpus is None and config.preset == "mini" and config.vocab_size == 8000
+    assert config.max_time_minutes is not None  # the default job is bounded in time
+    documents, name = load_documents(config)
+    assert "Austen" in name and len(documents) > 250  # one document per chapter
+    assert documents[0] == ["EMMA", "By Jane Austen", "VOLUME I"]  # the front matter, before CHAPTER I
+    assert documents[1][0].startswith("Emma Woodhouse, handsome, clever, and rich")
+    with pytest.raises(ConfigError, match="either corpus"):
+        PretrainConfig(corpus=["a.txt"], dataset="b")
+
+
+def test_push_to_hub_uploads_the_export_but_not_the_checkpoints(corpus, tokenizer_dir, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+    from hub_server import allow_hub_calls, start_hub
+
+    hub, httpd = start_hub()
+    try:
+        allow_hub_calls(monkeypatch)
+        monkeypatch.setattr(constants, "ENDPOINT", hub.url)  # what HF_ENDPOINT sets when read at import
+        monkeypatch.setenv("HF_TOKEN", hub.WRITE_TOKEN)
+        output_dir = tmp_path / "pushed"
+        pretrain(PretrainConfig.from_dict(settings(corpus, tokenizer_dir, output_dir, max_steps=2, eval_steps=2,
+                                                   push_to_hub="user/austen-tiny", hub_revision="exp")))
+        repo = hub.repos[("model", "user/austen-tiny")]
+        files = set(repo.commits[repo.branches["exp"]].files)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert {"config.json", "model.safetensors", "README.md", "tokenizer.json", "metrics.json", "loss_curve.png",
+            "modeling_hfbert.py"} <= files
+    assert not any(name.startswith(("checkpoint-", "runs/")) for name in files)  # resumable state stays local
+    assert (output_dir / "checkpoint-00000002").is_dir()
+
+
+def test_a_datasets_dataset_is_a_corpus_too(tmp_path):
+    from datasets import Dataset
+
+    texts = [f"Chapter {i} begins here. It has a second sentence. And a third one, Mr. Knightley said."
+             for i in range(5)]
+    Dataset.from_dict({"text": texts}).save_to_disk(tmp_path / "ds")
+    config = PretrainConfig(dataset=str(tmp_path / "ds"))
+    documents, name = load_documents(config)
+    assert name == str(tmp_path / "ds") and len(documents) == 5
+    assert documents[0] == ["Chapter 0 begins here.", "It has a second sentence.",
+                            "And a third one, Mr. Knightley said."]
+    with pytest.raises(ConfigError, match="no column 'body'"):
+        load_documents(PretrainConfig(dataset=str(tmp_path / "ds"), text_column="body"))
