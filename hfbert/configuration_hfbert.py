@@ -70,6 +70,10 @@ class HfBertConfig(PretrainedConfig):
     pad_token_id: int | None = 0
     classifier_dropout: float | None = None
     tie_word_embeddings: bool = True
+    # Skip padding positions in every linear layer of HfBertModel and the token-level heads (their outputs are 0 at
+    # padding). Off by default so that outputs equal transformers' at every position; the pretraining and
+    # sequence-level heads skip unread positions regardless, since nothing they return depends on them.
+    padding_free: bool = False
 
     def __post_init__(self, **kwargs: Any) -> None:
         # A transformers BERT folder (model_type "bert") loads as is: the keys mean the same thing. Anything else is

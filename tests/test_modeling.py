@@ -523,3 +523,141 @@ def test_registration_is_idempotent():
     hfbert._register()
     config = HfBertConfig(**TESTER)
     assert type(transformers.AutoModel.from_config(config)).__name__ == "HfBertModel"
+
+
+# ----------------------------------------------------------------------------------------------- packed rows (speed)
+# The heads tell the encoder which final states they read; padding positions that nothing reads are dropped from
+# every layer and the last layer computes only the read rows. Asking for hidden states turns all of that off, which
+# gives the plain padded computation of the same model to compare against.
+
+
+def _ragged_batch(cls, seed=0):
+    """make_inputs plus the awkward cases: an all-padding row, trailing all-padding columns, a supervised padding
+    position."""
+    inputs, labels = make_inputs(cls, batch=6, length=11, seed=seed)
+    mask = inputs["attention_mask"]
+    mask[:, 8:] = 0  # columns 8.. are padding in every row: cut before the encoder
+    mask[2] = 0  # an all-padding row
+    mask[0, :8] = 1
+    if cls in (HfBertForPreTraining, HfBertForMaskedLM):
+        labels["labels"][4, 9] = 5  # supervised although padding: must be computed as transformers does
+    return inputs, labels
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("cls", ALL_HEADS, ids=lambda c: c.__name__)
+def test_packed_rows_equal_padded_outputs_and_gradients(cls, attn):
+    config = HfBertConfig(**{**TESTER, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+                          num_labels=3)
+    config._attn_implementation = attn
+    model = cls(config).train()
+    inputs, labels = (make_inputs(cls) if cls is HfBertForMultipleChoice else _ragged_batch(cls))
+    for with_labels in (False, True) if labels else (False,):
+        extra = labels if with_labels else {}
+        model.zero_grad()
+        packed = model(**inputs, **extra)
+        if with_labels:
+            packed.loss.backward()
+        packed_grads = _grads(model)
+        model.zero_grad()
+        padded = model(**inputs, **extra, output_hidden_states=True)  # hidden states: every position, every layer
+        if with_labels:
+            padded.loss.backward()
+        for name, value in outputs_to_compare(cls, packed, extra).items():
+            torch.testing.assert_close(value, outputs_to_compare(cls, padded, extra)[name], atol=1e-5, rtol=1e-5,
+                                       msg=name)
+        if with_labels:
+            torch.testing.assert_close(packed.loss, padded.loss, atol=1e-6, rtol=1e-5)
+            assert packed_grads.keys() == _grads(model).keys()
+            for name, grad in _grads(model).items():
+                torch.testing.assert_close(packed_grads[name], grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_encoder_computes_only_the_rows_that_are_read():
+    model = HfBertForPreTraining(HfBertConfig(**TESTER)).eval()
+    inputs, labels = make_inputs(HfBertForPreTraining)
+    labels["labels"][inputs["attention_mask"] == 0] = -100
+    rows = {}
+    for i in (0, TESTER["num_hidden_layers"] - 1):
+        dense = model.bert.encoder.layer[i].output.dense
+        dense.register_forward_hook(lambda m, args, out, i=i: rows.__setitem__(i, args[0].shape[0]))
+    with torch.no_grad():
+        model(**inputs, **labels)
+    valid = int(inputs["attention_mask"].sum())
+    supervised = int((labels["labels"] != -100).sum())
+    first_positions = int((labels["labels"][:, 0] != -100).sum())  # [CLS] rows that are also supervised
+    assert rows[0] == valid < BATCH * LENGTH  # padding never enters a layer
+    assert rows[TESTER["num_hidden_layers"] - 1] == supervised + BATCH - first_positions  # masked rows + [CLS]
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_padding_free_model_zeroes_padding_and_keeps_valid_positions(attn):
+    config = HfBertConfig(**{**TESTER, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
+    config._attn_implementation = attn
+    model = HfBertModel(config).train()
+    inputs, _ = _ragged_batch(HfBertModel)
+    valid = inputs["attention_mask"].bool()
+    weights = torch.randn(*valid.shape, config.hidden_size)
+    results = []
+    for padding_free in (False, True):
+        model.config.padding_free = padding_free
+        model.zero_grad()
+        out = model(**inputs)
+        ((out.last_hidden_state * weights)[valid].sum() + out.pooler_output[[0, 1, 3, 4, 5]].sum()).backward()
+        results.append((out, _grads(model)))
+    (full, full_grads), (free, free_grads) = results
+    assert free.last_hidden_state.shape == full.last_hidden_state.shape
+    assert not free.last_hidden_state[:, 8:].any()  # cut columns come back as zeros
+    padding = ~valid
+    padding[:, 0] = False  # [CLS] is always computed (the pooler reads it)
+    assert not free.last_hidden_state[padding].any()
+    torch.testing.assert_close(free.last_hidden_state[valid], full.last_hidden_state[valid], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(free.pooler_output[[0, 1, 3, 4, 5]], full.pooler_output[[0, 1, 3, 4, 5]],
+                               atol=1e-5, rtol=1e-5)
+    for name, grad in full_grads.items():
+        torch.testing.assert_close(free_grads[name], grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("cls", [HfBertForTokenClassification, HfBertForQuestionAnswering, HfBertForPreTraining])
+def test_padding_free_heads_match_at_valid_positions(cls):
+    config = HfBertConfig(**TESTER, num_labels=2 if cls is HfBertForQuestionAnswering else 3)
+    model = cls(config).eval()
+    inputs, _ = make_inputs(cls)
+    with torch.no_grad():
+        full = model(**inputs)
+        model.config.padding_free = True
+        free = model(**inputs)
+    for x, y in zip(_valid_outputs(cls, free, inputs["attention_mask"]),
+                    _valid_outputs(cls, full, inputs["attention_mask"])):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+
+
+def test_torch_compile_with_padding_and_labels():
+    model = HfBertForPreTraining(HfBertConfig(**TESTER)).eval()
+    inputs, labels = make_inputs(HfBertForPreTraining)
+    compiled = torch.compile(model, backend="aot_eager")
+    with torch.no_grad():
+        a, b = model(**inputs, **labels), compiled(**inputs, **labels)
+    torch.testing.assert_close(a.loss, b.loss, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(a.prediction_logits, b.prediction_logits, atol=1e-5, rtol=1e-5)
+
+
+def test_labels_of_the_wrong_shape_are_rejected():
+    model = HfBertForMaskedLM(HfBertConfig(**TESTER))
+    inputs, labels = make_inputs(HfBertForMaskedLM)
+    with pytest.raises(ValueError, match="labels have shape"):
+        model(**inputs, labels=labels["labels"][:, :-1])
+
+
+def test_attention_bias_survives_a_cast_to_bfloat16():
+    """CUDA's bf16 autocast casts SDPA's float mask down; the bias must stay finite so padded rows do not turn NaN."""
+    model = HfBertModel(HfBertConfig(**TESTER))
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        bias = model._attention_bias(mask, dtype)
+        assert bias.dtype == dtype and torch.isfinite(bias.bfloat16() if dtype != torch.float16 else bias).all()
+        assert bias[0, 0, 0, :2].eq(0).all() and bias[0, 0, 0, 2] < -6e4
