@@ -106,6 +106,47 @@ def test_streaming_gives_the_map_style_rows(austen, en_tok):
     assert list(streamed) == mapped.to_list()
 
 
+def _small_corpus(n_documents=40):
+    words = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex".split()
+    return [[" ".join(words[(d + s + k) % len(words)] for k in range(3 + (d * s) % 9)) + "."
+             for s in range(2 + d % 5)] for d in range(n_documents)]
+
+
+def test_any_num_proc_gives_the_same_rows_and_restores_gc(en_tok):
+    import gc
+
+    documents = _small_corpus()
+    digests = {content_digest(build_pretraining_dataset(documents, en_tok, pool_size=4, dupe_factor=2, seed=1,
+                                                        num_proc=num_proc)) for num_proc in (1, 2, 3, 16)}
+    assert len(digests) == 1 and gc.isenabled()
+
+
+def test_balanced_runs_are_contiguous_non_empty_and_even():
+    from hfbert.data.pipeline import _balanced_runs
+
+    assert _balanced_runs([2339, 2410, 1982, 2307], 2) == [(0, 2), (2, 4)]
+    assert _balanced_runs([100, 1, 1], 2) == [(0, 1), (1, 3)]
+    assert _balanced_runs([1, 1, 100], 3) == [(0, 1), (1, 2), (2, 3)]
+    assert _balanced_runs([5], 1) == [(0, 1)]
+    runs = _balanced_runs([1] * 17, 2)
+    assert runs == [(0, 9), (9, 17)] or runs == [(0, 8), (8, 17)]
+
+
+@pytest.mark.parametrize("where", [0, -1])
+def test_a_failure_in_any_process_is_raised(en_tok, where):
+    documents = _small_corpus()
+    documents[where] = documents[where] + ["boom"]
+
+    def segmenter(text):
+        if text == "boom":
+            raise ValueError("segmenter failed on boom")
+        return text.split()
+
+    with pytest.raises(ValueError, match="segmenter failed on boom"):
+        build_pretraining_dataset(documents, en_tok, pool_size=4, num_proc=2, whole_word_mask=True,
+                                  word_segmenter=segmenter)
+
+
 def test_pool_bounds_merge_a_short_tail():
     assert pool_bounds(10, 4) == [(0, 4), (4, 8), (8, 10)]
     assert pool_bounds(9, 4) == [(0, 4), (4, 9)]  # a tail of 1 < 4 // 2 joins the previous pool

@@ -16,6 +16,7 @@ from transformers.tokenization_utils_tokenizers import TokenizersBackend
 from hfbert.tokenization import (
     SPECIAL_TOKENS,
     HfBertTokenizer,
+    WordCacheEncoder,
     bert_tokenizer_from_vocab,
     load_vocab,
     main,
@@ -210,6 +211,63 @@ def test_tokenize_dataset_batched_map_matches_direct_call(small_tokenizer, auste
     assert kept.column_names == ["id", "input_ids"] and kept[0]["input_ids"][0] == small_tokenizer.cls_token_id
     streamed = tokenize_dataset(ds.to_iterable_dataset(), small_tokenizer)
     assert [row["input_ids"] for row in streamed] == expected
+
+
+def _random_ascii_lines(count: int, seed: int) -> list[str]:
+    """Printable-ASCII lines built to stress the fast path: every punctuation character, digits, mixed case,
+    special tokens in the text, words at and past both max_input_chars_per_word limits, runs of spaces."""
+    import random
+    import string
+
+    rng = random.Random(seed)
+    pieces = [*string.punctuation, "[MASK]", "[mask]", "[CLS]x", "[SEP", "UNK]", "  ", "a" * 100, "b" * 101,
+              "c" * 200, "d" * 201, "unaffable", "UnAffAble", "xqzjv", "42", "3.14", "e-mail", "##ing", "don't"]
+    words = [w for line in AUSTEN.read_text(encoding="utf-8").split("\n")[:200] for w in line.split()]
+    alphabet = string.ascii_letters + string.digits + string.punctuation + " "
+    lines = []
+    for _ in range(count):
+        parts = [rng.choice(pieces) if rng.random() < 0.3 else rng.choice(words) for _ in range(rng.randint(0, 25))]
+        parts.append("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))))
+        lines.append(rng.choice(["", " "]).join(parts))
+    return lines
+
+
+@pytest.mark.parametrize("kind", ["google_uncased", "google_cased", "stock_bert", "trained"])
+def test_word_cache_encoder_gives_the_pipeline_ids(kind, english_vocab, austen_lines, small_tokenizer):
+    """The fast path (printable ASCII, cached WordPiece) must give exactly the `tokenizers` pipeline's ids."""
+    tokenizer = {
+        "google_uncased": lambda: bert_tokenizer_from_vocab(english_vocab),
+        "google_cased": lambda: bert_tokenizer_from_vocab(english_vocab, lowercase=False),
+        "stock_bert": lambda: BertTokenizer.from_pretrained(english_vocab.parent),
+        "trained": lambda: small_tokenizer,
+    }[kind]()
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.no_truncation()  # the MiniLM tokenizer.json pads and truncates to 128
+    backend.no_padding()
+    encoder = WordCacheEncoder(backend.to_str(), max_cached_words=5000)  # small: the cache is also reset
+    assert encoder.fast
+    lines = austen_lines[::4] + _random_ascii_lines(3000, seed=len(kind)) + EDGE_CASES
+    for start in range(0, len(lines), 2000):  # several batches: later ones hit the cache
+        batch = lines[start : start + 2000]
+        ids, lengths = encoder.encode(batch)
+        expected = [e.ids for e in backend.encode_batch(batch, add_special_tokens=False)]
+        assert lengths.tolist() == [len(e) for e in expected]
+        assert ids.tolist() == [i for e in expected for i in e]
+
+
+def test_word_cache_encoder_falls_back_for_other_pipelines(english_vocab):
+    from tokenizers import normalizers
+
+    tokenizer = bert_tokenizer_from_vocab(english_vocab)
+    backend = tokenizer.backend_tokenizer
+    backend.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.Replace("e", "a")])
+    encoder = WordCacheEncoder(backend.to_str())
+    assert not encoder.fast
+    ids, lengths = encoder.encode(["the eel", "Tree."])
+    assert ids.tolist() == [i for text in ["the eel", "Tree."] for i in backend.encode(text, add_special_tokens=False).ids]
+    assert lengths.sum() == len(ids)
 
 
 # ------------------------------------------------------------------------------------------------------------
