@@ -655,6 +655,8 @@ class HfBertForPreTraining(HfBertPreTrainedModel):
 class HfBertForMaskedLM(HfBertPreTrainedModel):
     """MLM only. ``logits`` is (M, V) at supervised positions when ``labels`` are given, (B, T, V) otherwise."""
 
+    # A pretraining checkpoint also holds the pooler and the NSP head; this model has no use for them.
+    _keys_to_ignore_on_load_unexpected = [r"bert\.pooler", r"cls\.seq_relationship"]
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
