@@ -1,0 +1,111 @@
+"""What every fine-tuning recipe loads: local data files, a tokenizer and a task model of either family.
+
+The ``model_family`` switch exists for the comparison the project promises: the same recipe, seed and data
+trained once with hfbert's classes and once with transformers' own ``BertFor*`` classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+# task -> (hfbert class, transformers class)
+TASK_CLASSES = {
+    "sequence-classification": ("HfBertForSequenceClassification", "BertForSequenceClassification"),
+    "token-classification": ("HfBertForTokenClassification", "BertForTokenClassification"),
+    "question-answering": ("HfBertForQuestionAnswering", "BertForQuestionAnswering"),
+    "multiple-choice": ("HfBertForMultipleChoice", "BertForMultipleChoice"),
+    "masked-lm": ("HfBertForMaskedLM", "BertForMaskedLM"),
+    "base": ("HfBertModel", "BertModel"),
+}
+MODEL_FAMILIES = ("hfbert", "transformers")
+_BUILDERS = {".csv": ("csv", {}), ".tsv": ("csv", {"delimiter": "\t"}), ".json": ("json", {}), ".jsonl": ("json", {})}
+
+
+def load_data(
+    train_file: str | None = None,
+    validation_file: str | None = None,
+    test_file: str | None = None,
+    dataset_dir: str | None = None,
+):
+    """A ``DatasetDict`` from local CSV/TSV/JSON/JSONL files or a ``save_to_disk`` folder (offline).
+
+    Splits are named ``train``/``validation``/``test``. A ``Dataset`` saved alone becomes ``train``.
+    """
+    import datasets
+
+    if dataset_dir is not None:
+        if any(f is not None for f in (train_file, validation_file, test_file)):
+            raise ValueError("give either dataset_dir or data files, not both")
+        if not Path(dataset_dir).is_dir():
+            raise FileNotFoundError(f"dataset folder not found: {dataset_dir}")
+        loaded = datasets.load_from_disk(dataset_dir)
+        return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
+    files = {k: v for k, v in (("train", train_file), ("validation", validation_file), ("test", test_file)) if v}
+    if not files:
+        raise ValueError("no data: give train_file/validation_file/test_file or dataset_dir")
+    suffixes = set()
+    for split, path in files.items():
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{split} file not found: {path}")
+        suffix = Path(path).suffix.lower()
+        if suffix not in _BUILDERS:
+            raise ValueError(f"{split} file {path}: unsupported extension {suffix!r}; use one of {sorted(_BUILDERS)}")
+        suffixes.add(suffix)
+    if len({(_BUILDERS[s][0], tuple(_BUILDERS[s][1].items())) for s in suffixes}) > 1:
+        raise ValueError(f"all data files must have the same format, got {sorted(suffixes)}")
+    builder, kwargs = _BUILDERS[suffixes.pop()]
+    return datasets.load_dataset(builder, data_files=files, **kwargs)
+
+
+def load_tokenizer(name_or_path: str, lowercase: bool = True):
+    """A fast BERT tokenizer from a model folder, or an :class:`hfbert.tokenization.HfBertTokenizer` built
+    over a bare ``vocab.txt`` (``lowercase`` only applies to the latter)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        from hfbert.tokenization import bert_tokenizer_from_vocab
+
+        return bert_tokenizer_from_vocab(path, lowercase=lowercase)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    if not tokenizer.is_fast:
+        raise TypeError(f"{name_or_path} gives a slow tokenizer; fine-tuning needs offsets from a fast one")
+    return tokenizer
+
+
+def load_model(
+    task: str,
+    model_family: str = "hfbert",
+    model_name_or_path: str | None = None,
+    preset: str | None = None,
+    config_overrides: Mapping[str, Any] | None = None,
+    **head_kwargs: Any,
+):
+    """A task model, pretrained (``model_name_or_path``) or freshly initialised from an hfbert ``preset``.
+
+    ``head_kwargs`` (``num_labels``, ``id2label``, ``label2id``, ``problem_type``) go into the config. A
+    transformers-family model built from a preset gets the equivalent ``BertConfig`` (same sizes), but its
+    own initialiser (plain normal instead of truncated normal), so fresh models of the two families start
+    from different weights even with the same seed.
+    """
+    import transformers
+
+    import hfbert
+
+    if task not in TASK_CLASSES:
+        raise ValueError(f"unknown task {task!r}; expected one of {sorted(TASK_CLASSES)}")
+    if model_family not in MODEL_FAMILIES:
+        raise ValueError(f"model_family must be one of {MODEL_FAMILIES}, got {model_family!r}")
+    if (model_name_or_path is None) == (preset is None):
+        raise ValueError("give exactly one of model_name_or_path (pretrained) or preset (fresh initialisation)")
+    ours, theirs = TASK_CLASSES[task]
+    cls = getattr(hfbert, ours) if model_family == "hfbert" else getattr(transformers, theirs)
+    overrides = dict(config_overrides or {})
+    if model_name_or_path is not None:
+        return cls.from_pretrained(model_name_or_path, **overrides, **head_kwargs)
+    config = hfbert.HfBertConfig.from_preset(preset, **overrides, **head_kwargs)
+    if model_family == "transformers":
+        config = config.to_bert_config()
+    return cls(config)

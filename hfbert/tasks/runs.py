@@ -1,0 +1,141 @@
+"""The parts every fine-tuning recipe shares: argument parsing, run notes, and the final save.
+
+Kept in the library so the four recipes cannot drift apart on how they read arguments or what a finished
+run folder holds: weights + config (with ``id2label``/``label2id``), tokenizer, ``all_results.json``,
+predictions, and ``README.md`` rendered from ``model_cards/finetuned.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .cards import write_model_card
+
+DEFAULT_CARD_TEMPLATE = Path(__file__).resolve().parents[2] / "model_cards" / "finetuned.md"
+
+
+@dataclass
+class ModelArguments:
+    """Which model to fine-tune (shared by every recipe)."""
+
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "pretrained folder (hfbert or transformers BERT) or Hub id"})
+    preset: str | None = field(
+        default=None, metadata={"help": "fresh hfbert preset (tiny/mini/small/...) instead of a checkpoint"})
+    config_overrides: str | None = field(
+        default=None, metadata={"help": 'JSON object of config values, e.g. \'{"hidden_size": 32}\''})
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "tokenizer folder or a vocab.txt; default: model_name_or_path"})
+    lowercase: bool = field(default=True, metadata={"help": "lower-case (only for a bare vocab.txt)"})
+    model_family: str = field(
+        default="hfbert", metadata={"help": "hfbert, or transformers (its own BertFor* classes) to compare"})
+
+    def __post_init__(self):
+        if self.model_family not in ("hfbert", "transformers"):
+            raise ValueError(f"model_family must be 'hfbert' or 'transformers', got {self.model_family!r}")
+        if (self.model_name_or_path is None) == (self.preset is None):
+            raise ValueError("give exactly one of --model_name_or_path or --preset")
+        if self.tokenizer_name is None and self.model_name_or_path is None:
+            raise ValueError("a fresh --preset model needs --tokenizer_name (a tokenizer folder or vocab.txt)")
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        if not self.config_overrides:
+            return {}
+        value = json.loads(self.config_overrides)
+        if not isinstance(value, dict):
+            raise ValueError(f"config_overrides must be a JSON object, got {self.config_overrides!r}")
+        return value
+
+    def load(self, task: str, **head_kwargs: Any):
+        """(tokenizer, model) for ``task``; a fresh model gets the tokenizer's vocabulary size."""
+        from .loading import load_model, load_tokenizer
+
+        tokenizer = load_tokenizer(self.tokenizer_name or self.model_name_or_path, lowercase=self.lowercase)
+        overrides = self.overrides
+        if self.preset is not None:
+            overrides.setdefault("vocab_size", len(tokenizer))
+        model = load_model(task, self.model_family, self.model_name_or_path, self.preset, overrides, **head_kwargs)
+        return tokenizer, model
+
+
+def parse_args(dataclass_types: Sequence[type], argv: Sequence[str] | None = None) -> tuple:
+    """``HfArgumentParser`` over the dataclasses, from the command line or one ``.json``/``.yaml`` file."""
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(dataclass_types)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return parser.parse_json_file(json_file=argv[0])
+    if len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
+        return parser.parse_yaml_file(yaml_file=argv[0])
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def note(notes: list[str], message: str) -> None:
+    """Record a data note for the card/results and warn now, so nothing is altered silently."""
+    notes.append(message)
+    warnings.warn(message, stacklevel=2)
+
+
+def write_jsonl(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+def card_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The evaluation scores worth a card: ``eval_*``/``test_*`` numbers, without timings."""
+    return {
+        k: v for k, v in metrics.items()
+        if k.startswith(("eval_", "test_")) and isinstance(v, (int, float))
+        and not k.endswith(("_runtime", "_per_second"))
+    }
+
+
+def finish_run(
+    trainer,
+    tokenizer,
+    metrics: Mapping[str, Any],
+    *,
+    task: str,
+    recipe: str,
+    pipeline_task: str,
+    model_args,
+    data_description: Mapping[str, str],
+    notes: Sequence[str] = (),
+    max_length: int | None = None,
+    labels: Mapping[int, str] | None = None,
+    card_template: str | Path | None = None,
+    language: str | None = None,
+) -> Path:
+    """Save the Hub-format folder, results and model card; push when ``--push_to_hub`` was given."""
+    args = trainer.args
+    out = Path(args.output_dir)
+    trainer.save_model(str(out))
+    tokenizer.save_pretrained(str(out))
+    results = {**metrics, "notes": list(notes)}
+    (out / "all_results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
+    write_model_card(
+        out, card_template or DEFAULT_CARD_TEMPLATE,
+        language=language, base_model=model_args.model_name_or_path,
+        metrics=card_metrics(metrics),
+        pipeline_tag=pipeline_task if pipeline_task != "extractive-question-answering" else "question-answering",
+        model_name=args.hub_model_id or out.name, task=task, recipe=recipe, pipeline_task=pipeline_task,
+        model_family=model_args.model_family, preset=model_args.preset,
+        train_data=data_description.get("train", "-"), eval_data=data_description.get("eval", "-"),
+        seed=args.seed, epochs=args.num_train_epochs, learning_rate=args.learning_rate,
+        batch_size=args.per_device_train_batch_size, max_length=max_length, labels=labels, notes=list(notes),
+    )
+    if args.push_to_hub:
+        trainer.push_to_hub(commit_message=f"hfbert {recipe}")
+    return out

@@ -1,0 +1,168 @@
+"""SQuAD exact-match / F1 and the SQuAD 2.0 null-threshold search.
+
+transformers 5 no longer ships the SQuAD metric and ``evaluate.load("squad")`` needs the Hub, so the
+scoring lives here. It follows the official SQuAD v1.1 / v2.0 evaluation scripts:
+
+* answers are normalised (lower case, punctuation and the articles a/an/the removed, whitespace collapsed);
+* EM is 1 when the normalised prediction equals any normalised gold answer, F1 is the bag-of-tokens F1
+  against the best gold answer;
+* an unanswerable question has the gold answer ``""``: predicting ``""`` scores 1, anything else 0.
+
+Deviation (on purpose): text containing CJK characters is scored per character, because Chinese has no
+spaces and whole-sentence "tokens" would make F1 collapse into EM (the CMRC 2018 evaluation does the same).
+Non-CJK runs inside such text stay whole words.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+# CJK punctuation is not in string.punctuation; treat every Unicode "P*" character as punctuation.
+_CJK_RANGES = (
+    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
+)
+
+
+def is_cjk_char(char: str) -> bool:
+    """True for a CJK ideograph (the same 8 ranges as BERT's BasicTokenizer)."""
+    code = ord(char)
+    return any(lo <= code <= hi for lo, hi in _CJK_RANGES)
+
+
+def _is_punctuation(char: str) -> bool:
+    return char in string.punctuation or unicodedata.category(char).startswith("P")
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case, drop punctuation and English articles, collapse whitespace (official SQuAD rules)."""
+    if not isinstance(text, str):
+        raise TypeError(f"an answer must be a str, got {type(text).__name__}")
+    text = text.lower()
+    text = "".join(ch for ch in text if not _is_punctuation(ch))
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def answer_tokens(text: str) -> list[str]:
+    """Tokens that F1 counts: whitespace words, except that every CJK character is its own token."""
+    tokens: list[str] = []
+    for word in normalize_answer(text).split():
+        run = ""
+        for ch in word:
+            if is_cjk_char(ch):
+                if run:
+                    tokens.append(run)
+                    run = ""
+                tokens.append(ch)
+            else:
+                run += ch
+        if run:
+            tokens.append(run)
+    return tokens
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def f1(prediction: str, gold: str) -> float:
+    pred_tokens, gold_tokens = answer_tokens(prediction), answer_tokens(gold)
+    if not pred_tokens or not gold_tokens:
+        # SQuAD 2.0 rule: two empty answers agree, an empty and a non-empty one do not.
+        return float(pred_tokens == gold_tokens)
+    common = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred_tokens), common / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _gold_list(answers: Sequence[str] | str) -> list[str]:
+    if isinstance(answers, str):
+        answers = [answers]
+    # An unanswerable question (no gold text at all) is scored against the empty answer.
+    golds = [a for a in answers if normalize_answer(a)]
+    return golds or [""]
+
+
+def score_question(prediction: str, answers: Sequence[str] | str) -> tuple[float, float]:
+    """(EM, F1) of one prediction against the best of its gold answers."""
+    golds = _gold_list(answers)
+    return max(exact_match(prediction, g) for g in golds), max(f1(prediction, g) for g in golds)
+
+
+def squad_evaluate(
+    predictions: Mapping[str, str], references: Mapping[str, Sequence[str] | str]
+) -> dict[str, float]:
+    """Official-style SQuAD scores in percent, split into HasAns/NoAns when both kinds occur.
+
+    ``references`` maps question id -> list of gold answer texts (empty list = unanswerable). A question
+    without a prediction scores 0 and is counted in ``missing`` rather than raising, as the official
+    script does, so a partial run is still scored honestly.
+    """
+    if not references:
+        raise ValueError("references is empty: nothing to score")
+    unknown = sorted(set(predictions) - set(references))
+    if unknown:
+        raise ValueError(f"{len(unknown)} predictions have ids that are not in the references, e.g. {unknown[:3]}")
+    em, f1s, has_ans = {}, {}, {}
+    for qid, answers in references.items():
+        has_ans[qid] = _gold_list(answers) != [""]
+        em[qid], f1s[qid] = score_question(predictions.get(qid, "\0missing"), answers)
+    result = _aggregate(em, f1s, list(references))
+    result["missing"] = float(len(set(references) - set(predictions)))
+    for name, wanted in (("HasAns", True), ("NoAns", False)):
+        ids = [q for q in references if has_ans[q] == wanted]
+        if ids and len(ids) < len(references):
+            for key, value in _aggregate(em, f1s, ids).items():
+                result[f"{name}_{key}"] = value
+    return result
+
+
+def _aggregate(em: Mapping[str, float], f1s: Mapping[str, float], ids: list[str]) -> dict[str, float]:
+    n = len(ids)
+    return {
+        "exact_match": 100.0 * sum(em[q] for q in ids) / n,
+        "f1": 100.0 * sum(f1s[q] for q in ids) / n,
+        "total": float(n),
+    }
+
+
+def best_null_threshold(
+    null_score_diffs: Mapping[str, float],
+    best_answers: Mapping[str, str],
+    references: Mapping[str, Sequence[str] | str],
+    metric: str = "f1",
+) -> tuple[float, float]:
+    """Search the SQuAD 2.0 threshold on a dev set: answer iff ``null_score - best_span_score <= threshold``.
+
+    Every distinct score difference is a candidate (plus "never answer"); the one that maximises the total
+    ``metric`` ("f1" or "exact_match") wins. Returns ``(threshold, score_in_percent)``. Sorting once and
+    sweeping keeps this O(n log n).
+    """
+    if metric not in ("f1", "exact_match"):
+        raise ValueError(f"metric must be 'f1' or 'exact_match', got {metric!r}")
+    missing = sorted(set(references) - set(null_score_diffs))
+    if missing:
+        raise ValueError(f"{len(missing)} reference ids have no null-score difference, e.g. {missing[:3]}")
+    index = 1 if metric == "f1" else 0
+    gain = {}  # how much answering (instead of abstaining) changes the score of each question
+    score = 0.0
+    for qid, answers in references.items():
+        null_score = score_question("", answers)[index]
+        gain[qid] = score_question(best_answers.get(qid, ""), answers)[index] - null_score
+        score += null_score
+    ordered = sorted(references, key=lambda q: null_score_diffs[q])
+    best_score, best_threshold = score, null_score_diffs[ordered[0]] - 1.0 if ordered else 0.0
+    for i, qid in enumerate(ordered):  # raising the threshold to this diff switches the question to "answer"
+        score += gain[qid]
+        tied_with_next = i + 1 < len(ordered) and null_score_diffs[ordered[i + 1]] == null_score_diffs[qid]
+        if not tied_with_next and score > best_score:  # equal diffs flip together
+            best_score, best_threshold = score, null_score_diffs[qid]
+    return float(best_threshold), 100.0 * best_score / len(references)

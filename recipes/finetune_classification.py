@@ -1,0 +1,127 @@
+"""Fine-tune BERT for sentence or sentence-pair classification, regression or multi-label classification.
+
+    python recipes/finetune_classification.py --model_name_or_path DIR --train_file train.jsonl \
+        --validation_file dev.jsonl --text_column sentence --label_column label --output_dir out
+    python recipes/finetune_classification.py args.yaml        # the same arguments from a JSON/YAML file
+
+``--task_type auto`` picks regression for float targets (``num_labels == 1``, MSE), multi-label for list
+targets (BCE) and single-label classification otherwise. ``--model_family transformers`` trains
+transformers' own ``BertForSequenceClassification`` with the same recipe and seed, for comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import DataCollatorWithPadding, TrainingArguments, set_seed
+
+from hfbert.tasks import (
+    CardKeepingTrainer,
+    build_label_maps,
+    check_columns,
+    encode_labels,
+    load_data,
+    metrics_for_trainer,
+)
+from hfbert.tasks.runs import ModelArguments, finish_run, note, parse_args, write_jsonl
+
+
+@dataclass
+class DataArguments:
+    train_file: str | None = field(default=None, metadata={"help": "CSV/TSV/JSON/JSONL"})
+    validation_file: str | None = None
+    dataset_dir: str | None = field(default=None, metadata={"help": "a datasets.save_to_disk folder instead"})
+    text_column: str = "sentence"
+    text_pair_column: str | None = field(default=None, metadata={"help": "second sentence for pair tasks"})
+    label_column: str = "label"
+    task_type: str = field(
+        default="auto",
+        metadata={"help": "auto, single_label_classification, regression or multi_label_classification"},
+    )
+    max_seq_length: int = 128
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+
+
+def infer_task_type(values) -> str:
+    if all(isinstance(v, (list, tuple)) for v in values):
+        return "multi_label_classification"
+    if any(isinstance(v, float) and not v.is_integer() for v in values):
+        return "regression"
+    return "single_label_classification"
+
+
+def main(argv=None) -> dict:
+    model_args, data_args, training_args = parse_args((ModelArguments, DataArguments, TrainingArguments), argv)
+    set_seed(training_args.seed)
+    raw = load_data(data_args.train_file, data_args.validation_file, dataset_dir=data_args.dataset_dir)
+    columns = [data_args.text_column, data_args.text_pair_column, data_args.label_column]
+    for split, ds in raw.items():
+        check_columns(ds.column_names, columns, split=f"{split} split")
+    for split, limit in (("train", data_args.max_train_samples), ("validation", data_args.max_eval_samples)):
+        if split in raw and limit is not None:
+            raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
+
+    # Labels: the map comes from the training split; anything else must use the same labels.
+    train_labels = raw["train"][data_args.label_column]
+    task_type = infer_task_type(train_labels) if data_args.task_type == "auto" else data_args.task_type
+    label2id = id2label = None
+    if task_type != "regression":
+        label2id, id2label = build_label_maps(train_labels, multi_label=task_type.startswith("multi"))
+    head = {"num_labels": 1 if label2id is None else len(label2id), "problem_type": task_type}
+    if label2id is not None:
+        head.update(id2label=id2label, label2id=label2id)
+    tokenizer, model = model_args.load("sequence-classification", **head)
+
+    notes: list[str] = []
+
+    def preprocess(batch):
+        texts = [batch[data_args.text_column]]
+        if data_args.text_pair_column:
+            texts.append(batch[data_args.text_pair_column])
+        enc = tokenizer(*texts, truncation=True, max_length=data_args.max_seq_length)
+        enc["num_tokens"] = [len(x) for x in tokenizer(*texts)["input_ids"]]
+        enc["labels"] = encode_labels(batch[data_args.label_column], label2id, task_type)
+        return enc
+
+    data = raw.map(preprocess, batched=True, remove_columns=raw["train"].column_names, desc="tokenising")
+    for split, ds in data.items():
+        cut = sum(n > data_args.max_seq_length for n in ds["num_tokens"])
+        if cut:  # sequence classification reads [CLS] of one window; say how many texts lost their tail
+            note(notes, f"{cut} of {len(ds)} {split} texts are longer than {data_args.max_seq_length} tokens "
+                        f"and were truncated (their tail is not seen)")
+    data = data.remove_columns("num_tokens")
+
+    trainer = CardKeepingTrainer(
+        model=model, args=training_args, train_dataset=data["train"], eval_dataset=data.get("validation"),
+        processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
+        compute_metrics=metrics_for_trainer(task_type),
+    )
+    metrics: dict = {}
+    if training_args.do_train or not training_args.do_eval:
+        metrics.update(trainer.train().metrics)
+    if "validation" in data:
+        output = trainer.predict(data["validation"], metric_key_prefix="eval")
+        metrics.update(output.metrics)
+        logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+        write_jsonl(f"{training_args.output_dir}/eval_predictions.jsonl", _prediction_rows(logits, id2label, task_type))
+    finish_run(
+        trainer, tokenizer, metrics, task="text-classification", recipe="finetune_classification",
+        pipeline_task="text-classification", model_args=model_args, notes=notes, labels=id2label,
+        max_length=data_args.max_seq_length,
+        data_description={"train": f"{data_args.train_file or data_args.dataset_dir} ({len(data['train'])} rows)",
+                          "eval": f"{data_args.validation_file} ({len(data.get('validation', []))} rows)"},
+    )
+    return metrics
+
+
+def _prediction_rows(logits, id2label, task_type):
+    if task_type == "regression":
+        return [{"prediction": float(x)} for x in logits.reshape(-1)]
+    if task_type == "multi_label_classification":
+        return [{"prediction": [id2label[i] for i, v in enumerate(row) if v > 0]} for row in logits]
+    return [{"prediction": id2label[int(i)]} for i in logits.argmax(-1)]
+
+
+if __name__ == "__main__":
+    main()

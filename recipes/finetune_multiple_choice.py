@@ -1,0 +1,108 @@
+"""Fine-tune BERT for multiple choice (SWAG-style): one [CLS] score per (context, choice) pair, softmax over choices.
+
+    python recipes/finetune_multiple_choice.py --model_name_or_path DIR --train_file train.jsonl \
+        --validation_file dev.jsonl --context_column sent1 --question_column sent2 \
+        --choice_columns ending0,ending1,ending2,ending3 --label_column label --output_dir out
+
+Choices come from several columns (``--choice_columns``) or one list column (``--choices_column``); the
+label is the index of the right choice. Each pair is ``[CLS] context [SEP] question + choice [SEP]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from transformers import DataCollatorForMultipleChoice, TrainingArguments, set_seed
+
+from hfbert.tasks import CardKeepingTrainer, check_columns, load_data
+from hfbert.tasks.runs import ModelArguments, finish_run, note, parse_args, write_jsonl
+
+
+@dataclass
+class DataArguments:
+    train_file: str | None = None
+    validation_file: str | None = None
+    dataset_dir: str | None = None
+    context_column: str = "sent1"
+    question_column: str | None = field(default=None, metadata={"help": "text put before every choice"})
+    choice_columns: str | None = field(default=None, metadata={"help": "comma-separated, one column per choice"})
+    choices_column: str | None = field(default=None, metadata={"help": "one column holding the list of choices"})
+    label_column: str = "label"
+    max_seq_length: int = 128
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+
+    def __post_init__(self):
+        if (self.choice_columns is None) == (self.choices_column is None):
+            raise ValueError("give exactly one of --choice_columns or --choices_column")
+
+
+def main(argv=None) -> dict:
+    model_args, data_args, training_args = parse_args((ModelArguments, DataArguments, TrainingArguments), argv)
+    set_seed(training_args.seed)
+    raw = load_data(data_args.train_file, data_args.validation_file, dataset_dir=data_args.dataset_dir)
+    choice_columns = data_args.choice_columns.split(",") if data_args.choice_columns else []
+    required = [data_args.context_column, data_args.question_column, data_args.choices_column,
+                data_args.label_column, *choice_columns]
+    for split, ds in raw.items():
+        check_columns(ds.column_names, required, split=f"{split} split")
+    for split, limit in (("train", data_args.max_train_samples), ("validation", data_args.max_eval_samples)):
+        if split in raw and limit is not None:
+            raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
+    tokenizer, model = model_args.load("multiple-choice")
+    notes: list[str] = []
+
+    def preprocess(batch):
+        choices = (batch[data_args.choices_column] if data_args.choices_column
+                   else [list(row) for row in zip(*(batch[c] for c in choice_columns))])
+        k = len(choices[0])
+        if any(len(c) != k for c in choices):
+            raise ValueError(f"every example needs the same number of choices ({k}); found {sorted({len(c) for c in choices})}")
+        labels = batch[data_args.label_column]
+        bad = [v for v in labels if not isinstance(v, int) or not 0 <= v < k]
+        if bad:
+            raise ValueError(f"label(s) {bad[:5]} are not choice indices; known labels: {list(range(k))}")
+        prefix = batch[data_args.question_column] if data_args.question_column else [""] * len(choices)
+        firsts = [ctx for ctx in batch[data_args.context_column] for _ in range(k)]
+        seconds = [f"{p} {c}".strip() for p, row in zip(prefix, choices) for c in row]
+        enc = tokenizer(firsts, seconds, truncation=True, max_length=data_args.max_seq_length)
+        full = tokenizer(firsts, seconds)["input_ids"]
+        out = {key: [v[i:i + k] for i in range(0, len(v), k)] for key, v in enc.items()}
+        out["num_cut"] = [sum(len(full[i + j]) > data_args.max_seq_length for j in range(k))
+                          for i in range(0, len(full), k)]
+        out["labels"] = labels
+        return out
+
+    data = raw.map(preprocess, batched=True, remove_columns=raw["train"].column_names, desc="tokenising")
+    for split, ds in data.items():
+        cut = sum(ds["num_cut"])
+        if cut:
+            note(notes, f"{split}: {cut} (context, choice) pairs exceed {data_args.max_seq_length} tokens and were "
+                        f"truncated")
+    data = data.remove_columns("num_cut")
+
+    trainer = CardKeepingTrainer(
+        model=model, args=training_args, train_dataset=data["train"], eval_dataset=data.get("validation"),
+        processing_class=tokenizer, data_collator=DataCollatorForMultipleChoice(tokenizer),
+        compute_metrics=lambda p: {"accuracy": float((np.argmax(p.predictions, -1) == p.label_ids).mean())},
+    )
+    metrics: dict = {}
+    if training_args.do_train or not training_args.do_eval:
+        metrics.update(trainer.train().metrics)
+    if "validation" in data:
+        output = trainer.predict(data["validation"], metric_key_prefix="eval")
+        metrics.update(output.metrics)
+        write_jsonl(f"{training_args.output_dir}/eval_predictions.jsonl",
+                    [{"prediction": int(i)} for i in np.argmax(output.predictions, -1)])
+    finish_run(
+        trainer, tokenizer, metrics, task="multiple-choice", recipe="finetune_multiple_choice",
+        pipeline_task="multiple-choice", model_args=model_args, notes=notes, max_length=data_args.max_seq_length,
+        data_description={"train": f"{data_args.train_file or data_args.dataset_dir} ({len(data['train'])} rows)",
+                          "eval": f"{data_args.validation_file} ({len(data.get('validation', []))} rows)"},
+    )
+    return metrics
+
+
+if __name__ == "__main__":
+    main()
