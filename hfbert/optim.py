@@ -75,7 +75,50 @@ def _check_hyperparameters(lr: float, betas: tuple[float, float], eps: float, we
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
 
 
-class AdamGoogle(torch.optim.Optimizer):
+class _AdamFamily(torch.optim.Optimizer):
+    """The loop shared by the Adam-style optimizers below; each defines ``_update`` for one parameter."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                if param.grad.is_sparse:
+                    raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+                self._update(param, group, self.state[param])
+        return loss
+
+    def _update(self, param: torch.Tensor, group: dict, state: dict) -> None:
+        raise NotImplementedError
+
+
+def _adam_direction(param: torch.Tensor, group: dict, state: dict, *, bias_correction: bool) -> torch.Tensor:
+    """Update the moments with ``param.grad`` and return m / (sqrt(v) + eps) + weight_decay * param."""
+    beta1, beta2 = group["betas"]
+    if not state:
+        state["step"] = 0
+        state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+    state["step"] += 1
+    exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+    exp_avg.mul_(beta1).add_(param.grad, alpha=1.0 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(param.grad, param.grad, value=1.0 - beta2)
+    m, v = exp_avg, exp_avg_sq
+    if bias_correction:
+        m = m / (1.0 - beta1 ** state["step"])
+        v = v / (1.0 - beta2 ** state["step"])
+    update = m / (v.sqrt() + group["eps"])
+    if group["weight_decay"] != 0.0:
+        update.add_(param, alpha=group["weight_decay"])
+    return update
+
+
+class AdamGoogle(_AdamFamily):
     """Google's BERT optimizer: Adam without bias correction, with decoupled weight decay.
 
     Per step, for each parameter ``w`` with gradient ``g``::
@@ -93,34 +136,11 @@ class AdamGoogle(torch.optim.Optimizer):
         _check_hyperparameters(lr, betas, eps, weight_decay)
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                if param.grad.is_sparse:
-                    raise RuntimeError("AdamGoogle does not support sparse gradients")
-                state = self.state[param]
-                if not state:
-                    state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.mul_(beta1).add_(param.grad, alpha=1.0 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(param.grad, param.grad, value=1.0 - beta2)
-                update = exp_avg / (exp_avg_sq.sqrt() + group["eps"])
-                if group["weight_decay"] != 0.0:
-                    update.add_(param, alpha=group["weight_decay"])
-                param.add_(update, alpha=-group["lr"])
-        return loss
+    def _update(self, param: torch.Tensor, group: dict, state: dict) -> None:
+        param.add_(_adam_direction(param, group, state, bias_correction=False), alpha=-group["lr"])
 
 
-class Lamb(torch.optim.Optimizer):
+class Lamb(_AdamFamily):
     """LAMB: layer-wise adaptive moments for large batches (You et al., 2019; NVIDIA's BERT recipe).
 
     Per step, for each parameter tensor ``w``::
@@ -141,42 +161,14 @@ class Lamb(torch.optim.Optimizer):
                     "bias_correction": bias_correction, "adapt_all": adapt_all}
         super().__init__(params, defaults)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                if param.grad.is_sparse:
-                    raise RuntimeError("Lamb does not support sparse gradients")
-                state = self.state[param]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
-                state["step"] += 1
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.mul_(beta1).add_(param.grad, alpha=1.0 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(param.grad, param.grad, value=1.0 - beta2)
-                m, v = exp_avg, exp_avg_sq
-                if group["bias_correction"]:
-                    m = m / (1.0 - beta1 ** state["step"])
-                    v = v / (1.0 - beta2 ** state["step"])
-                update = m / (v.sqrt() + group["eps"])
-                if group["weight_decay"] != 0.0:
-                    update.add_(param, alpha=group["weight_decay"])
-                trust = 1.0
-                if group["weight_decay"] != 0.0 or group["adapt_all"]:
-                    weight_norm, update_norm = param.norm().item(), update.norm().item()
-                    if weight_norm > 0.0 and update_norm > 0.0:
-                        trust = weight_norm / update_norm
-                param.add_(update, alpha=-group["lr"] * trust)
-        return loss
+    def _update(self, param: torch.Tensor, group: dict, state: dict) -> None:
+        update = _adam_direction(param, group, state, bias_correction=group["bias_correction"])
+        trust = 1.0
+        if group["weight_decay"] != 0.0 or group["adapt_all"]:
+            weight_norm, update_norm = param.norm().item(), update.norm().item()
+            if weight_norm > 0.0 and update_norm > 0.0:
+                trust = weight_norm / update_norm
+        param.add_(update, alpha=-group["lr"] * trust)
 
 
 def create_optimizer(
