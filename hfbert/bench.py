@@ -27,6 +27,7 @@ utilisation of each run when ``--peak-tflops`` is given.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -40,7 +41,8 @@ from pathlib import Path
 
 import torch
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"  # real sentence lengths, when present
+BUILTIN_CORPUS = Path(__file__).resolve().parent / "corpora" / "en_austen_6novels.txt.gz"
 SENTENCES_FILE = "en_vader_movieReviewSnippets.jsonl"
 CORPUS_FILE = "en_austen_6novels.txt"
 BERT_VOCAB_SIZE = 30522  # bert-base-uncased
@@ -345,20 +347,15 @@ def bench_inference(preset: str, batches: list[dict], kind: str, args, device: t
     return result
 
 
+def _shipped_corpus_lines():
+    """The public-domain Austen corpus shipped inside the package (one paragraph per line)."""
+    with gzip.open(BUILTIN_CORPUS, "rt", encoding="utf-8") as f:
+        yield from f
+
+
 def _quick_corpus(directory: Path) -> Path:
-    """A small slice of the Austen corpus (or generated text) for --quick."""
-    source = SHARED_DATA / CORPUS_FILE
-    if source.is_file():
-        with source.open(encoding="utf-8") as f:
-            text = "".join(line for line, _ in zip(f, range(1200)))
-    else:
-        words = ["the", "a", "walk", "letter", "sister", "morning", "house", "said", "very", "well", "never", "Mr."]
-        g = torch.Generator().manual_seed(0)
-        text = "\n\n".join(
-            " ".join(" ".join(words[i] for i in torch.randint(0, len(words), (12,), generator=g).tolist()) + "."
-                     for _ in range(6))
-            for _ in range(150)
-        )
+    """A small slice of the shipped Austen corpus for --quick."""
+    text = "".join(line for line, _ in zip(_shipped_corpus_lines(), range(1200)))
     path = directory / "corpus.txt"
     path.write_text(text, encoding="utf-8")
     return path
@@ -367,8 +364,12 @@ def _quick_corpus(directory: Path) -> Path:
 def _corpus(args, scratch: Path) -> Path:
     if args.corpus:
         return Path(args.corpus)
-    source = SHARED_DATA / CORPUS_FILE
-    return source if source.is_file() and not args.quick else _quick_corpus(scratch)
+    if args.quick:
+        return _quick_corpus(scratch)
+    path = scratch / CORPUS_FILE
+    if not path.is_file():
+        path.write_text("".join(_shipped_corpus_lines()), encoding="utf-8")
+    return path
 
 
 def bench_pipeline(args, scratch: Path) -> list[dict]:
