@@ -65,8 +65,10 @@ def _layout(config: PretrainConfig) -> tuple[str, str | None]:
 
 
 def _read_files(paths: list[Path], layout: str, boundary: str | None) -> list[list[str]]:
-    """Documents from text files; ``.gz`` files are decompressed into a temporary folder first."""
-    from .data import read_documents
+    """Documents (lists of sentences) from text files; ``.gz`` files are decompressed into a temporary folder
+    first.  With ``layout="paragraphs"`` every paragraph is split into sentences here: NSP needs sentence units
+    (a chunk of one over-long unit is always given a random next segment, and A/B splits only fall between units)."""
+    from .data import read_documents, split_sentences
 
     with tempfile.TemporaryDirectory(prefix="hfbert-corpus-") as scratch:
         plain = []
@@ -77,7 +79,10 @@ def _read_files(paths: list[Path], layout: str, boundary: str | None) -> list[li
                     shutil.copyfileobj(source, sink)
                 path = target
             plain.append(path)
-        return [doc for doc in read_documents(plain, layout=layout, boundary=boundary) if doc]
+        documents = [doc for doc in read_documents(plain, layout=layout, boundary=boundary) if doc]
+    if layout == "paragraphs":
+        documents = [[sentence for paragraph in doc for sentence in split_sentences(paragraph)] for doc in documents]
+    return [doc for doc in documents if doc]
 
 
 def _dataset_documents(config: PretrainConfig) -> list[list[str]]:

@@ -15,6 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -495,8 +496,24 @@ def test_default_job_reads_the_builtin_corpus():
     assert "Austen" in name and len(documents) > 250  # one document per chapter
     assert documents[0] == ["EMMA", "By Jane Austen", "VOLUME I"]  # the front matter, before CHAPTER I
     assert documents[1][0].startswith("Emma Woodhouse, handsome, clever, and rich")
+    # Paragraphs are split into sentences: NSP needs sentence units (a chunk of one over-long unit always gets a
+    # random next segment, which made ~2/3 of the pairs random-next before this split existed).
+    assert documents[1][0].endswith("very little to distress or vex her.")
+    assert documents[1][1].startswith("She was the youngest of the two daughters")
+    units = [unit for doc in documents for unit in doc]
+    assert len(units) > 2.5 * 10298 and sum(map(len, units)) / len(units) < 150  # 10,298 paragraph lines
     with pytest.raises(ConfigError, match="either corpus"):
         PretrainConfig(corpus=["a.txt"], dataset="b")
+
+
+def test_paragraph_corpus_gives_balanced_next_sentence_pairs(corpus, tokenizer_dir):
+    """Paragraph lines are split into sentences before NSP: with whole paragraphs as units most chunks were one
+    unit, which the original algorithm always pairs with a random next segment (about 2/3 random-next)."""
+    config = PretrainConfig.from_dict(settings(corpus, tokenizer_dir, "unused"))
+    documents, _ = load_documents(config)
+    data = prepare_data(config, load_tokenizer(tokenizer_dir), documents, documents[:2], [128], "test")
+    labels = np.asarray(data.train[128]["next_sentence_label"])
+    assert len(labels) > 200 and 0.40 < labels.mean() < 0.60
 
 
 def test_push_to_hub_uploads_the_export_but_not_the_checkpoints(corpus, tokenizer_dir, tmp_path, monkeypatch):
