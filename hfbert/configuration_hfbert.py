@@ -21,6 +21,9 @@ _PRESETS: dict[str, tuple[int, int]] = {
     "large": (24, 1024),
 }
 
+# BertConfig options whose only value in the original BERT is this one (older BERT folders still write them).
+_ORIGINAL_VALUES = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
+
 SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_tanh", "relu")
 
 # Keys of a transformers ``BertConfig`` that mean the same thing here.
@@ -83,6 +86,14 @@ class HfBertConfig(PretrainedConfig):
             raise ValueError(
                 f"this config has model_type {source_type!r}; hfbert loads only 'hfbert' and 'bert' configurations"
             )
+        # Options of transformers' BertConfig that the original BERT lacks: another value is another network, and
+        # the original's value is dropped so that it is not carried into saved configs (BertConfig no longer has it).
+        for key, original in _ORIGINAL_VALUES.items():
+            value = kwargs.pop(key, None)
+            if value not in (original, None):
+                raise ValueError(f"{key}={value!r} is not the original BERT architecture; hfbert supports only "
+                                 f"{key}={original!r}")
+        kwargs.pop("gradient_checkpointing", None)  # a transformers 3/4 flag; use model.gradient_checkpointing_enable()
         super().__post_init__(**kwargs)
         self._validate()
 

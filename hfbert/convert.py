@@ -172,7 +172,7 @@ def hfbert_to_bert_config(config: Mapping[str, Any], head: str):
     bert_config = hf_config.to_bert_config()
     back = HfBertConfig.from_bert_config(bert_config).to_dict()
     before, after = _comparable(hf_config.to_dict()), _comparable(back)
-    lost = {k: before[k] for k in before if k not in after or after[k] != before[k]}
+    lost = {k: v for k, v in before.items() if after.get(k) != v}  # a key set to None is not lost when absent
     if lost:
         raise ValueError(f"these hfbert settings have no transformers BertConfig equivalent: {lost}")
     bert_config.architectures = [f"Bert{head}"]

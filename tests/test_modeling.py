@@ -460,11 +460,26 @@ def test_mlm_loss_with_nothing_supervised_is_zero_not_nan():
         (dict(hidden_act="swish"), "hidden_act"),
         (dict(num_hidden_layers=0), "num_hidden_layers"),
         (dict(vocab_size=-5), "vocab_size"),
+        (dict(position_embedding_type="relative_key"), "not the original BERT"),
+        (dict(is_decoder=True), "not the original BERT"),
     ],
 )
 def test_config_rejects_bad_values(overrides, message):
     with pytest.raises(ValueError, match=message):
         HfBertConfig(**{**TESTER, **overrides})
+
+
+def test_legacy_bert_keys_at_their_original_values_are_dropped(tmp_path):
+    """Older BERT folders (e.g. MiniLM's) write position_embedding_type="absolute" and gradient_checkpointing; they
+    load, and an hfbert folder saved from them converts back to BertConfig (which no longer has those keys)."""
+    bert = transformers.BertConfig(**TESTER, position_embedding_type="absolute", gradient_checkpointing=False)
+    bert.save_pretrained(tmp_path / "bert")
+    config = HfBertConfig.from_pretrained(tmp_path / "bert")
+    saved = config.to_dict()
+    assert "position_embedding_type" not in saved and "gradient_checkpointing" not in saved
+    HfBertModel(config).save_pretrained(tmp_path / "hfbert")
+    hfbert.convert(tmp_path / "hfbert", tmp_path / "back", to="transformers")
+    assert transformers.BertConfig.from_pretrained(tmp_path / "back").hidden_size == TESTER["hidden_size"]
 
 
 def test_presets():
