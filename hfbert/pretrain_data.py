@@ -177,12 +177,13 @@ class PretrainingData:
 
 def _build(documents, tokenizer, config: PretrainConfig, length: int, *, masking: str, dupe_factor, seed: int):
     from .data import build_pretraining_dataset
+    from .data.pipeline import DEFAULT_POOL_SIZE
 
     return build_pretraining_dataset(
         documents, tokenizer, max_seq_length=length, short_seq_prob=config.short_seq_prob, dupe_factor=dupe_factor,
         masking=masking, masked_lm_prob=config.masked_lm_prob, max_predictions_per_seq=config.max_predictions_per_seq,
         whole_word_mask=config.whole_word_mask, num_proc=config.num_proc, seed=seed,
-        pool_size=max(2, min(64, len(documents))),
+        pool_size=max(2, min(DEFAULT_POOL_SIZE, len(documents))),
     )
 
 

@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 
 from .documents import CHAPTER_HEADING, read_people_daily
+from .pipeline import DEFAULT_POOL_SIZE
 
 __all__ = ["main"]
 
@@ -40,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--segmenter", choices=("none", "presegmented", "jieba"), default="none",
                         help="Chinese word segmenter for whole-word masking (people-daily implies presegmented)")
     parser.add_argument("--random-token-ids", choices=("non_special", "any"), default="non_special")
-    parser.add_argument("--pool-size", type=int, default=64, help="documents per random-next pool")
+    parser.add_argument("--pool-size", type=int, default=DEFAULT_POOL_SIZE, help="documents per random-next pool")
     parser.add_argument("--num-proc", type=int, default=1)
     parser.add_argument("--seed", type=int, default=12345)
     return parser

@@ -31,6 +31,7 @@ import hashlib
 import multiprocessing
 import os
 import sys
+import tempfile
 import traceback
 import warnings
 from collections.abc import Iterable, Iterator
@@ -53,6 +54,10 @@ from .segmenters import word_char_ids, word_starts_from_offsets
 
 __all__ = ["build_pretraining_dataset", "output_features", "pool_bounds"]
 
+# Documents per pool. 32, not more: the pools are also the unit of work of ``num_proc`` processes, and on a
+# corpus of a few hundred documents (Austen: ~280 chapters) 64 left 4 pools of unequal size, so 2 processes could
+# not split the work evenly (1.32x vs 1.63x from 1 to 2 processes at dupe factor 10, hfbert bench section c).
+DEFAULT_POOL_SIZE = 32
 _SHUFFLE_STREAM = 0x73687566
 _MASK_STREAM = 0x6D61736B  # separates the pool's masking generator from the documents' NSP generators
 
@@ -292,8 +297,11 @@ def _build_pools(documents: _Documents, bounds: list[tuple[int, int]], builder: 
     """Build every pool, in pool order: the tables, stats and line hashes of all pools.
 
     With ``num_proc > 1`` the pools are cut into ``num_proc`` contiguous groups of about equal text size; this
-    process builds the lightest group (it also assembles the result afterwards) while one worker process per
-    other group builds that group and sends it back as one Arrow IPC stream.  Why not
+    process builds the heaviest group while one worker process per other group builds that group and hands it back
+    as an Arrow IPC file in a scratch folder (in memory under /dev/shm where there is one).  A file, not the pipe:
+    with ``dupe_factor`` 10 a group's rows are ~100 MB, and pushing them through a pipe took longer than building
+    them, so the parent sat waiting; writing and reading a file is two memory copies.  The workers also have that
+    copy to make, hence the heaviest group stays here.  Why not
     ``Dataset.map(num_proc=...)``: it pickles its function arguments (the documents and the tokenizer) into
     every worker and relays results through a manager process; on the 4 MB Austen corpus that cost 0.5 CPU
     seconds and made 2 processes slower than 1.  A forked worker inherits the documents and the builder for
@@ -303,11 +311,12 @@ def _build_pools(documents: _Documents, bounds: list[tuple[int, int]], builder: 
     weights = documents.weights(bounds)
     runs = _balanced_runs(weights, min(num_proc, len(bounds)))
     groups = [bounds[lo:hi] for lo, hi in runs]
-    own = int(np.argmin([sum(weights[lo:hi]) for lo, hi in runs]))  # this process also assembles the result
+    own = int(np.argmax([sum(weights[lo:hi]) for lo, hi in runs]))  # the workers also write their rows out
     others = [k for k in range(len(groups)) if k != own]
     results: list = [None] * len(groups)
-    with hf_tqdm(total=len(bounds), unit=" pools", desc="Building pretraining examples") as progress:
-        workers = _start_workers(documents, [groups[k] for k in others], builder, split_units)
+    with hf_tqdm(total=len(bounds), unit=" pools", desc="Building pretraining examples") as progress, \
+            _scratch_folder() as scratch:
+        workers = _start_workers(documents, [groups[k] for k in others], builder, split_units, scratch)
         try:
             results[own] = _build_group(documents, groups[own], builder, split_units, progress)
             for (process, receive), k in zip(workers, others):
@@ -350,7 +359,17 @@ def _build_group(documents: _Documents, group: list, builder: PoolBuilder, split
     return tables, stats, hashes
 
 
-def _start_workers(documents: _Documents, groups: list[list], builder: PoolBuilder, split_units: bool) -> list:
+@contextmanager
+def _scratch_folder() -> Iterator[str]:
+    """A temporary folder for the workers' Arrow files: in memory (/dev/shm) where possible, removed afterwards."""
+    shm = "/dev/shm"
+    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="hfbert-pools-", dir=base) as folder:
+        yield folder
+
+
+def _start_workers(documents: _Documents, groups: list[list], builder: PoolBuilder, split_units: bool,
+                   scratch: str) -> list:
     if not groups:
         return []
     # Fork (Linux) shares the documents and the builder with the worker for free; elsewhere they are pickled.
@@ -360,9 +379,10 @@ def _start_workers(documents: _Documents, groups: list[list], builder: PoolBuild
     previous = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
-        for group in groups:
+        for number, group in enumerate(groups):
             receive, send = context.Pipe(duplex=False)
-            process = context.Process(target=_worker, args=(send, documents, group, builder, split_units),
+            path = os.path.join(scratch, f"group-{number}.arrow")
+            process = context.Process(target=_worker, args=(send, documents, group, builder, split_units, path),
                                       daemon=True)
             process.start()
             send.close()
@@ -375,16 +395,14 @@ def _start_workers(documents: _Documents, groups: list[list], builder: PoolBuild
     return workers
 
 
-def _worker(send, documents: _Documents, group: list, builder: PoolBuilder, split_units: bool) -> None:
-    """Worker process: build the group, send (stats, hashes) then the rows as one Arrow IPC stream."""
+def _worker(send, documents: _Documents, group: list, builder: PoolBuilder, split_units: bool, path: str) -> None:
+    """Worker process: build the group, write its rows to ``path`` (Arrow IPC file), send (stats, hashes, path)."""
     try:
         tables, stats, hashes = _build_group(documents, group, builder, split_units)
-        table = pa.concat_tables(tables)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        send.send(("ok", stats, hashes, [t.num_rows for t in tables]))
-        send.send_bytes(sink.getvalue())
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, tables[0].schema) as writer:
+            for table in tables:
+                writer.write_table(table)
+        send.send(("ok", stats, hashes, [t.num_rows for t in tables], path))
     except BaseException as error:  # noqa: BLE001 -- reported to the parent, which raises it
         try:
             send.send(("error", error, traceback.format_exc()))
@@ -398,8 +416,10 @@ def _receive(process, receive) -> tuple[list[pa.Table], list[dict], list[list[in
     try:
         message = receive.recv()
         if message[0] == "ok":
-            _, stats, hashes, rows = message
-            table = pa.ipc.open_stream(pa.py_buffer(receive.recv_bytes())).read_all()
+            _, stats, hashes, rows, path = message
+            with pa.OSFile(path, "rb") as source:  # read into memory: the scratch folder is removed afterwards
+                table = pa.ipc.open_file(source).read_all()
+            os.unlink(path)
             offsets = np.concatenate(([0], np.cumsum(rows))).tolist()
             return [table.slice(lo, hi - lo) for lo, hi in zip(offsets[:-1], offsets[1:])], stats, hashes
     except EOFError:
@@ -427,7 +447,7 @@ def build_pretraining_dataset(
     random_token_ids: str = "non_special",
     wwm_per_word_decision: bool = True,
     distinct_random_document: bool = True,
-    pool_size: int = 64,
+    pool_size: int = DEFAULT_POOL_SIZE,
     num_proc: int = 1,
     seed: int = 12345,
     streaming: bool | None = None,
