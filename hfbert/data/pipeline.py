@@ -298,7 +298,7 @@ def _build_pools(documents: _Documents, bounds: list[tuple[int, int]], builder: 
 
     With ``num_proc > 1`` the pools are cut into ``num_proc`` contiguous groups of about equal text size; this
     process builds the heaviest group while one worker process per other group builds that group and hands it back
-    as an Arrow IPC file in a scratch folder (in memory under /dev/shm where there is one).  A file, not the pipe:
+    as an Arrow IPC file in a temporary folder.  A file, not the pipe:
     with ``dupe_factor`` 10 a group's rows are ~100 MB, and pushing them through a pipe took longer than building
     them, so the parent sat waiting; writing and reading a file is two memory copies.  The workers also have that
     copy to make, hence the heaviest group stays here.  Why not
@@ -361,10 +361,9 @@ def _build_group(documents: _Documents, group: list, builder: PoolBuilder, split
 
 @contextmanager
 def _scratch_folder() -> Iterator[str]:
-    """A temporary folder for the workers' Arrow files: in memory (/dev/shm) where possible, removed afterwards."""
-    shm = "/dev/shm"
-    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
-    with tempfile.TemporaryDirectory(prefix="hfbert-pools-", dir=base) as folder:
+    """A temporary folder for the workers' Arrow files, removed afterwards.  The system's temporary folder, not
+    /dev/shm: containers often cap /dev/shm at 64 MB, and a file read back at once is served from the page cache."""
+    with tempfile.TemporaryDirectory(prefix="hfbert-pools-") as folder:
         yield folder
 
 
