@@ -153,6 +153,7 @@ class HfBertConfig(PretrainedConfig):
         if model_type not in (None, "bert", cls.model_type):
             raise ValueError(f"cannot convert a config of model_type {model_type!r}: expected 'bert' or 'hfbert'")
         values = {key: data[key] for key in _BERT_KEYS if key in data}
+        values.update({key: data[key] for key in _ORIGINAL_VALUES if key in data})  # checked, then dropped, on init
         for key in ("id2label", "label2id", "problem_type", "architectures"):
             if data.get(key) is not None:
                 values[key] = data[key]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .configuration_hfbert import HfBertConfig
+from .configuration_hfbert import _ORIGINAL_VALUES, HfBertConfig
 
 # The heads both sides provide, by class-name suffix ("" is the bare encoder: BertModel / HfBertModel).
 HEADS = (
@@ -180,13 +180,9 @@ def hfbert_to_bert_config(config: Mapping[str, Any], head: str):
     return bert_config
 
 
-# BertConfig options that change the network but that the original BERT (hence hfbert) does not have.
-_BERT_ONLY = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
-
-
 def bert_to_hfbert_config(config: Mapping[str, Any], head: str):
     """The equivalent ``HfBertConfig``; refuses BERT variants the original BERT does not have."""
-    unsupported = {k: config[k] for k, default in _BERT_ONLY.items() if config.get(k, default) != default}
+    unsupported = {k: config[k] for k, default in _ORIGINAL_VALUES.items() if config.get(k, default) != default}
     if unsupported:
         raise ValueError(f"these BERT settings have no hfbert equivalent (the original BERT has none): {unsupported}")
 

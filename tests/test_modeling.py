@@ -480,6 +480,8 @@ def test_legacy_bert_keys_at_their_original_values_are_dropped(tmp_path):
     HfBertModel(config).save_pretrained(tmp_path / "hfbert")
     hfbert.convert(tmp_path / "hfbert", tmp_path / "back", to="transformers")
     assert transformers.BertConfig.from_pretrained(tmp_path / "back").hidden_size == TESTER["hidden_size"]
+    with pytest.raises(ValueError, match="not the original BERT"):  # the converter path checks them too
+        HfBertConfig.from_bert_config({**bert.to_dict(), "position_embedding_type": "relative_key"})
 
 
 def test_presets():
