@@ -22,6 +22,7 @@ Writes ``<out_dir>/summary.json`` and ``<out_dir>/summary.md``. Runs one recipe 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import random
@@ -76,14 +77,16 @@ def shared_start(out: Path, name: str, task: str, seed: int, *, model: str | Non
     from hfbert.convert import convert
     from hfbert.tasks.loading import load_model, load_tokenizer
 
-    start = out / "start" / f"{name}-seed{seed}"
+    # Keyed by everything that shapes the model, so a changed preset or label count never reuses a stale start.
+    key = hashlib.sha1(json.dumps([seed, model, preset, tokenizer, head_kwargs], sort_keys=True).encode()).hexdigest()
+    start = out / "start" / f"{name}-{key[:12]}"
     if (start / "config.json").exists():
         return str(start)
     transformers.set_seed(seed)
     tok = load_tokenizer(tokenizer or model)
     overrides = {"vocab_size": len(tok)} if preset else {}
     built = load_model(task, "hfbert", model, preset, overrides, **head_kwargs)
-    staging = out / "start" / f"{name}-seed{seed}.hfbert"
+    staging = start.with_name(start.name + ".hfbert")
     built.save_pretrained(staging)
     tok.save_pretrained(staging)
     convert(staging, start, to="transformers", overwrite=True)
