@@ -59,9 +59,10 @@ def test_pipeline_section_reports_the_data_measurement(monkeypatch, tmp_path):
 
     monkeypatch.setattr(hfbert.data.bench, "measure_pipeline", fake_measure)
     monkeypatch.setattr(bench, "_tokenizer_dir", lambda corpus, scratch, quick: scratch)
-    args = bench._parser().parse_args(["--quick"])
+    args = bench._parser().parse_args(["--quick", "--repeats", "3"])
     rows = bench.bench_pipeline(args, tmp_path)
-    assert calls == [1, 2]
+    assert calls == [1, 2, 2, 1, 1, 2]  # alternating rounds
+    assert len(rows[0]["wall_s_runs"]) == 3
     assert all(r["available"] for r in rows)
     assert rows[1]["scaling_vs_1_proc"] == pytest.approx(1.8)
     assert rows[0]["vs_original_per_core"] == pytest.approx(1000 / bench.ORIGINAL_PIPELINE_TOKENS_PER_CORE_S)
