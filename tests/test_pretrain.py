@@ -30,6 +30,7 @@ from hfbert.pretrain_config import ConfigError, PretrainConfig, load_config, par
 from hfbert.pretrain_data import (
     BUILTIN_CORPUS,
     BatchPlan,
+    baselines,
     collate,
     examples_at,
     load_documents,
@@ -514,6 +515,20 @@ def test_paragraph_corpus_gives_balanced_next_sentence_pairs(corpus, tokenizer_d
     data = prepare_data(config, load_tokenizer(tokenizer_dir), documents, documents[:2], [128], "test")
     labels = np.asarray(data.train[128]["next_sentence_label"])
     assert len(labels) > 200 and 0.40 < labels.mean() < 0.60
+
+
+def test_baselines_are_those_of_the_final_phase_length(corpus, tokenizer_dir):
+    """The final evaluation runs at the last phase's length, so its trivial baselines come from that held-out set
+    (a short first phase must not lend the report its own baseline)."""
+    config = PretrainConfig.from_dict(settings(corpus, tokenizer_dir, "unused"))
+    documents, _ = load_documents(config)
+    train, held_out = split_documents(documents[:40], config.eval_fraction, config.seed)
+    data = prepare_data(config, load_tokenizer(tokenizer_dir), train, held_out, [32, 128], "test")
+    short, final = baselines(data.evaluation[32]), baselines(data.evaluation[128])
+    assert short != final
+    for key, value in final.items():
+        assert data.stats[key] == value
+    assert data.stats["baselines_by_length"] == {32: short, 128: final}
 
 
 def test_push_to_hub_uploads_the_export_but_not_the_checkpoints(corpus, tokenizer_dir, tmp_path, monkeypatch):
