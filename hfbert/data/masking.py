@@ -59,7 +59,7 @@ def replacement_pool(tokenizer, mode: str = "non_special") -> np.ndarray:
     keep = np.ones(size, dtype=bool)
     keep[list(tokenizer.all_special_ids)] = False
     for token, index in vocab.items():
-        if _BRACKETED.match(token):
+        if token[:1] == "[" and _BRACKETED.match(token):  # the prefix test spares the regex ~99% of the tokens
             keep[index] = False
     return np.flatnonzero(keep).astype(np.int32)
 
