@@ -468,6 +468,8 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
                    "train_seconds": round(state.train_seconds, 1), "tokens_seen": state.tokens_seen,
                    "num_processes": accelerator.num_processes}
         metrics.update({k: v for k, v in data.stats.items() if k.startswith("eval_") and "baseline" in k})
+        if "baselines_by_length" in data.stats:  # string keys, as metrics.json will hold them
+            metrics["baselines_by_length"] = {str(k): v for k, v in data.stats["baselines_by_length"].items()}
         if state.step % config.eval_steps != 0:  # else the loop has just logged this evaluation
             accelerator.log({k: v for k, v in metrics.items() if k.startswith("eval_")}, step=state.step)
         result = PretrainResult(Path(config.output_dir), metrics)

@@ -210,10 +210,11 @@ def prepare_data(config: PretrainConfig, tokenizer, train_docs: list, eval_docs:
         "train_tokens": int(sum(len(ids) for ids in train[first]["input_ids"])),
         "masking": config.masking,
     }
+    by_length = {length: baselines(ds) for length, ds in evaluation.items()}
     # The final evaluation is at the last phase's length, so its baselines are the ones reported next to it.
-    stats.update(baselines(evaluation[last]))
-    if len(evaluation) > 1:
-        stats["baselines_by_length"] = {length: baselines(ds) for length, ds in evaluation.items()}
+    stats.update(by_length[last])
+    if len(by_length) > 1:
+        stats["baselines_by_length"] = by_length
     return PretrainingData(train, evaluation, stats)
 
 

@@ -56,19 +56,6 @@ def _plot(points: list[dict], baselines: dict, phases: list, timeline: dict[int,
     figure.savefig(path, dpi=110)
 
 
-def _baselines_by_length(config, phases) -> dict[int, dict]:
-    """The trivial baselines on the held-out set of every phase length (the same examples and masks as the run:
-    the split and the masks depend only on the config's seed, the tokenizer is the one the run saved)."""
-    from hfbert.pretrain_data import (baselines, held_out_examples, load_documents, load_tokenizer,
-                                      split_documents)
-
-    documents, _ = load_documents(config)
-    _, eval_docs = split_documents(documents, config.eval_fraction, config.seed)
-    tokenizer = load_tokenizer(config.output_dir)
-    lengths = sorted({phase.max_seq_length for phase in phases})
-    return {length: baselines(held_out_examples(config, tokenizer, eval_docs, length)) for length in lengths}
-
-
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -100,8 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         machine = {"cpu_threads": torch.get_num_threads(), "cpus": os.cpu_count(), "platform": platform.platform(),
                    "load_average_before": round(load_before, 2), "load_average_after": round(os.getloadavg()[0], 2)}
     phases = resolve_phases(config)
-    by_length = _baselines_by_length(config, phases)
     final_length = phases[-1].max_seq_length
+    # The run's trivial baselines: top-level ones are at the final length, per length when the schedule has phases.
+    by_length = {int(k): v for k, v in metrics.get("baselines_by_length", {}).items()} or {
+        final_length: {k: metrics[k] for k in ("eval_mlm_baseline_most_frequent_token",
+                                                "eval_nsp_baseline_majority_class")}}
 
     def length_at(step: int) -> int:
         return next(p for p in phases if p.first_step <= step - 1 < p.first_step + p.steps).max_seq_length

@@ -132,6 +132,10 @@ def test_straight_run_follows_the_phases_and_keeps_the_last_checkpoints(straight
     lengths = {r["step"]: r["max_seq_length"] for r in logged_steps(output_dir) if "loss" in r}
     assert lengths == {1: 64, 2: 64, 3: 64, 4: 64, 5: 64, 6: 96, 7: 96, 8: 96}
     assert result.metrics["step"] == N and result.metrics["stopped_by"] == "max_steps"
+    saved = json.loads((output_dir / "metrics.json").read_text(encoding="utf-8"))
+    final = saved["baselines_by_length"]["96"]  # the last phase's held-out set gives the reported baselines
+    assert set(saved["baselines_by_length"]) == {"64", "96"}
+    assert saved["eval_mlm_baseline_most_frequent_token"] == final["eval_mlm_baseline_most_frequent_token"]
 
 
 # ----------------------------------------------------------------------------------------------------------------
