@@ -121,15 +121,52 @@ def test_any_num_proc_gives_the_same_rows_and_restores_gc(en_tok):
     assert len(digests) == 1 and gc.isenabled()
 
 
-def test_balanced_runs_are_contiguous_non_empty_and_even():
-    from hfbert.data.pipeline import _balanced_runs
+def test_shuffled_table_is_arrow_take():
+    import pyarrow as pa
 
-    assert _balanced_runs([2339, 2410, 1982, 2307], 2) == [(0, 2), (2, 4)]
-    assert _balanced_runs([100, 1, 1], 2) == [(0, 1), (1, 3)]
-    assert _balanced_runs([1, 1, 100], 3) == [(0, 1), (1, 2), (2, 3)]
-    assert _balanced_runs([5], 1) == [(0, 1)]
-    runs = _balanced_runs([1] * 17, 2)
-    assert runs == [(0, 9), (9, 17)] or runs == [(0, 8), (8, 17)]
+    from hfbert.data.pipeline import shuffled_table
+
+    rng = np.random.default_rng(0)
+
+    def chunk(n, start):
+        lengths = rng.integers(0, 9, n)
+        offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
+        table = pa.table({
+            "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, 30000, offsets[-1]), pa.int32())),
+            "types": pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, 2, offsets[-1]), pa.int8())),
+            "label": pa.array(rng.integers(0, 2, n), pa.int8()),
+            "name": pa.array([f"row{start + i}" for i in range(n)]),  # not numeric: goes through take
+            "maybe": pa.array([None if i % 3 == 0 else [i] for i in range(n)], pa.list_(pa.int64())),  # nulls
+        })
+        return table.slice(2, n - 5)  # sliced: offsets do not start at 0
+
+    table = pa.concat_tables([chunk(40, 0), chunk(17, 100), chunk(33, 200)])
+    order = rng.permutation(table.num_rows)
+    assert shuffled_table(table, order).equals(table.combine_chunks().take(order))
+    empty = table.slice(0, 0)
+    assert shuffled_table(empty, np.arange(0)).equals(empty.combine_chunks())
+
+
+def test_rows_do_not_depend_on_which_process_builds_which_pool(en_tok, tmp_path):
+    """The pools are handed out one at a time: a slow worker builds fewer of them, the rows stay the same."""
+    import os
+    import time
+
+    parent = os.getpid()
+
+    def segmenter(text):  # slows down the worker only, and records who segmented what
+        if os.getpid() != parent:
+            time.sleep(0.002)
+        with open(tmp_path / str(os.getpid()), "a") as log:
+            log.write(text + "\n")
+        return text.split()
+
+    documents = _small_corpus(48)
+    kwargs = dict(pool_size=4, whole_word_mask=True, word_segmenter=segmenter, seed=3)
+    two = build_pretraining_dataset(documents, en_tok, num_proc=2, **kwargs)
+    logs = {path.name: path.read_text().count("\n") for path in tmp_path.iterdir()}
+    assert len(logs) == 2 and logs[str(parent)] > max(n for name, n in logs.items() if name != str(parent))
+    assert content_digest(two) == content_digest(build_pretraining_dataset(documents, en_tok, num_proc=1, **kwargs))
 
 
 @pytest.mark.parametrize("where", [0, -1])

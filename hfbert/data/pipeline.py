@@ -19,9 +19,9 @@ Speed (4 MB of Austen, tokenize + build + mask, dupe factor 1: about 1M corpus t
 original script)
     Tokenization goes through :class:`~hfbert.tokenization.WordCacheEncoder` (exact `tokenizers` ids, with a
     cached fast path for printable-ASCII text); the cyclic garbage collector is paused while a pool is built;
-    NSP slices, masks and Arrow columns are computed for a whole pool at once.  With ``num_proc > 1`` the pools
-    are cut into ``num_proc`` contiguous runs of about equal text size, one per process (this one and forked
-    workers, see :func:`_build_pools`), so even a corpus of a few pools splits evenly.
+    NSP slices, masks and Arrow columns are computed for a whole pool at once.  With ``num_proc > 1`` this process
+    and forked workers take the pools one at a time from a shared counter (see :func:`_build_pools`), so the
+    work splits evenly however fast each process runs.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from itertools import chain
+from itertools import chain, count
 from pathlib import Path
 
 import numpy as np
@@ -292,71 +292,119 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(starts - (ends - lengths), lengths)
 
 
+def shuffled_table(table: pa.Table, order: np.ndarray) -> pa.Table:
+    """``table.take(order)`` (one chunk per column), done with numpy gathers on the offsets and values.
+
+    Why not Arrow's ``take``: on list columns its first call in a process took 0.02 to 0.13 s for the same 7 MB
+    (Austen, dupe factor 1), the gathers take ~0.02 s every time, and this step is serial: it runs after every
+    worker has finished, so it bounds what ``num_proc`` can gain.  Columns with nulls or of other types go
+    through ``take``.
+    """
+    columns = []
+    for column in table.columns:
+        array = column.chunk(0) if column.num_chunks == 1 else pa.concat_arrays(column.chunks)
+        if array.null_count == 0 and pa.types.is_list(array.type) and array.values.null_count == 0 and (
+                pa.types.is_integer(array.type.value_type) or pa.types.is_floating(array.type.value_type)):
+            offsets = array.offsets.to_numpy()  # positions in array.values (a sliced array keeps its parent's)
+            lengths = np.diff(offsets)[order]
+            new_offsets = np.zeros(len(order) + 1, dtype=offsets.dtype)
+            np.cumsum(lengths, out=new_offsets[1:])
+            values = array.values.to_numpy()[_ranges(offsets[:-1][order], lengths)]
+            columns.append(pa.ListArray.from_arrays(pa.array(new_offsets), pa.array(values), type=array.type))
+        elif array.null_count == 0 and (pa.types.is_integer(array.type) or pa.types.is_floating(array.type)):
+            columns.append(pa.array(array.to_numpy()[order], type=array.type))
+        else:
+            columns.append(array.take(pa.array(order)))
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
 def _build_pools(documents: _Documents, bounds: list[tuple[int, int]], builder: PoolBuilder, split_units: bool,
-                 num_proc: int) -> tuple[list[pa.Table], list[dict], list[list[int]]]:
+                 num_proc: int, finished: list) -> tuple[list[pa.Table], list[dict], list[list[int]]]:
     """Build every pool, in pool order: the tables, stats and line hashes of all pools.
 
-    With ``num_proc > 1`` the pools are cut into ``num_proc`` contiguous groups of about equal text size; this
-    process builds the heaviest group while one worker process per other group builds that group and hands it back
-    as an Arrow IPC file in a temporary folder.  A file, not the pipe:
-    with ``dupe_factor`` 10 a group's rows are ~100 MB, and pushing them through a pipe took longer than building
-    them, so the parent sat waiting; writing and reading a file is two memory copies.  The workers also have that
-    copy to make, hence the heaviest group stays here.  Why not
-    ``Dataset.map(num_proc=...)``: it pickles its function arguments (the documents and the tokenizer) into
-    every worker and relays results through a manager process; on the 4 MB Austen corpus that cost 0.5 CPU
-    seconds and made 2 processes slower than 1.  A forked worker inherits the documents and the builder for
-    free.  Each pool's output depends only on its documents and the seed, so the rows are the same whatever
-    ``num_proc`` is.
+    With ``num_proc > 1`` this process and ``num_proc - 1`` forked workers take the pools one at a time from a
+    shared counter until none is left, so a process that runs slower simply builds fewer pools; the largest pools
+    go first (the merged last pool is up to 1.5x the others), so no process ends on a long one while the others
+    wait.
+    A worker does run slower: it starts with an empty word cache and pays a copy-on-write fault on every page
+    of the inherited memory it first writes to.  The previous static split into halves of equal text size left
+    this process idle for ~0.13 s of a 0.55 s build (Austen), waiting for the worker.
+    A worker hands its pools back as an Arrow IPC file in a temporary folder, not through the pipe: with
+    ``dupe_factor`` 10 a worker's rows are ~100 MB, and pushing them through a pipe took longer than building
+    them; writing and reading a file is two memory copies.  Why not ``Dataset.map(num_proc=...)``: it pickles
+    its function arguments (the documents and the tokenizer) into every worker and relays results through a
+    manager process; on the 4 MB Austen corpus that cost 0.5 CPU seconds and made 2 processes slower than 1.
+    A forked worker inherits the documents and the builder for free.  Each pool's output depends only on its
+    documents and the seed, so the rows are the same whatever ``num_proc`` is and whoever builds which pool.
+    Workers that handed their pools back are appended to ``finished`` for the caller to join later (see
+    :func:`_joined_at_exit`); any other worker is stopped here.
     """
-    weights = documents.weights(bounds)
-    runs = _balanced_runs(weights, min(num_proc, len(bounds)))
-    groups = [bounds[lo:hi] for lo, hi in runs]
-    own = int(np.argmax([sum(weights[lo:hi]) for lo, hi in runs]))  # the workers also write their rows out
-    others = [k for k in range(len(groups)) if k != own]
-    results: list = [None] * len(groups)
+    n_workers = min(num_proc, len(bounds)) - 1
+    built: dict[int, tuple] = {}
     with hf_tqdm(total=len(bounds), unit=" pools", desc="Building pretraining examples") as progress, \
             _scratch_folder() as scratch:
-        workers = _start_workers(documents, [groups[k] for k in others], builder, split_units, scratch)
+        counter = _fork_context().Value("q", 0) if n_workers else None  # the next pool to build
+        claim = partial(_claim_shared, counter) if n_workers else count().__next__
+        order = np.argsort(-np.asarray(documents.weights(bounds)), kind="stable").tolist() if n_workers else None
+        workers = _start_workers(documents, bounds, order, counter, n_workers, builder, split_units, scratch)
+        received = [False] * len(workers)
         try:
-            results[own] = _build_group(documents, groups[own], builder, split_units, progress)
-            for (process, receive), k in zip(workers, others):
-                results[k] = _receive(process, receive)
-                progress.update(len(groups[k]))
+            built.update(_build_claimed(documents, bounds, order, claim, builder, split_units, progress))
+            for number, (process, receive) in enumerate(workers):
+                pools = _receive(process, receive)
+                received[number] = True
+                built.update(pools)
+                progress.update(len(pools))
         finally:
-            for process, receive in workers:
+            for done, (process, receive) in zip(received, workers):
                 receive.close()
+                if done:  # it is exiting on its own
+                    finished.append(process)
+                    continue
                 if process.is_alive():
                     process.terminate()
                 process.join()
-    return ([table for tables, _, _ in results for table in tables],
-            [stats for _, pool_stats, _ in results for stats in pool_stats],
-            [hashes for _, _, pool_hashes in results for hashes in pool_hashes])
+    if len(built) != len(bounds):  # cannot happen unless a worker lost a pool it claimed; never return less
+        raise RuntimeError(f"built {len(built)} of {len(bounds)} pools")
+    in_order = [built[k] for k in range(len(bounds))]
+    return [b[0] for b in in_order], [b[1] for b in in_order], [b[2] for b in in_order]
 
 
-def _balanced_runs(weights: list[int], n_runs: int) -> list[tuple[int, int]]:
-    """Cut the pools into ``n_runs`` contiguous, non-empty ``[lo, hi)`` runs of about equal total weight."""
-    cumulative = np.cumsum(weights, dtype=np.float64)
-    targets = cumulative[-1] * np.arange(1, n_runs) / n_runs
-    after = np.searchsorted(cumulative, targets)  # the pool whose running total reaches the target
-    before_total = np.where(after > 0, cumulative[np.maximum(after - 1, 0)], 0.0)
-    cuts = np.where(targets - before_total < cumulative[after] - targets, after, after + 1)  # nearest side
-    edges = [0]
-    for k, cut in enumerate(cuts.tolist(), start=1):  # keep every run non-empty
-        edges.append(min(max(cut, edges[-1] + 1), len(weights) - (n_runs - k)))
-    edges.append(len(weights))
-    return list(zip(edges[:-1], edges[1:]))
+def _claim_shared(counter) -> int:
+    """The next pool index from a counter shared by all the processes of a build."""
+    with counter.get_lock():
+        index = counter.value
+        counter.value = index + 1
+    return index
 
 
-def _build_group(documents: _Documents, group: list, builder: PoolBuilder, split_units: bool, progress=None):
-    tables, stats, hashes = [], [], []
-    for lo, hi in group:
-        table, pool_stats, pool_hashes = builder.build(documents.slice(lo, hi), lo, split_units)
-        tables.append(table)
-        stats.append(pool_stats)
-        hashes.append(pool_hashes)
+def _build_claimed(documents: _Documents, bounds: list, order: list | None, claim, builder: PoolBuilder,
+                   split_units: bool, progress=None) -> dict[int, tuple]:
+    """Build the pools ``order[claim()]`` (``claim()`` itself when ``order`` is None) until ``claim()`` runs past
+    the last one: {pool index: (table, stats, hashes)}."""
+    built = {}
+    while (position := claim()) < len(bounds):
+        index = position if order is None else order[position]
+        lo, hi = bounds[index]
+        built[index] = builder.build(documents.slice(lo, hi), lo, split_units)
         if progress is not None:
             progress.update(1)
-    return tables, stats, hashes
+    return built
+
+
+@contextmanager
+def _joined_at_exit() -> Iterator[list]:
+    """A list for worker processes that have handed back their rows; they are joined when the block ends.
+
+    A forked worker's exit (the kernel freeing its copy-on-write copy of this process) took ~20 ms here; joined
+    at the end, it overlaps the shuffle and the report instead of delaying them.
+    """
+    finished: list = []
+    try:
+        yield finished
+    finally:
+        for process in finished:
+            process.join()
 
 
 @contextmanager
@@ -367,22 +415,26 @@ def _scratch_folder() -> Iterator[str]:
         yield folder
 
 
-def _start_workers(documents: _Documents, groups: list[list], builder: PoolBuilder, split_units: bool,
-                   scratch: str) -> list:
-    if not groups:
+def _fork_context():
+    # Fork (Linux) shares the documents and the builder with the workers for free; elsewhere they are pickled.
+    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
+
+
+def _start_workers(documents: _Documents, bounds: list, order: list, counter, n_workers: int, builder: PoolBuilder,
+                   split_units: bool, scratch: str) -> list:
+    if not n_workers:
         return []
-    # Fork (Linux) shares the documents and the builder with the worker for free; elsewhere they are pickled.
-    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
+    context = _fork_context()
     workers = []
     # As datasets does before it forks: the child must not use (or warn about) the tokenizers thread pool.
     previous = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
-        for number, group in enumerate(groups):
+        for number in range(n_workers):
             receive, send = context.Pipe(duplex=False)
-            path = os.path.join(scratch, f"group-{number}.arrow")
-            process = context.Process(target=_worker, args=(send, documents, group, builder, split_units, path),
-                                      daemon=True)
+            path = os.path.join(scratch, f"worker-{number}.arrow")
+            process = context.Process(target=_worker, daemon=True,
+                                      args=(send, documents, bounds, order, counter, builder, split_units, path))
             process.start()
             send.close()
             workers.append((process, receive))
@@ -394,14 +446,19 @@ def _start_workers(documents: _Documents, groups: list[list], builder: PoolBuild
     return workers
 
 
-def _worker(send, documents: _Documents, group: list, builder: PoolBuilder, split_units: bool, path: str) -> None:
-    """Worker process: build the group, write its rows to ``path`` (Arrow IPC file), send (stats, hashes, path)."""
+def _worker(send, documents: _Documents, bounds: list, order: list, counter, builder: PoolBuilder,
+            split_units: bool, path: str) -> None:
+    """Worker process: build pools from the shared counter, write their rows to ``path`` (Arrow IPC file), send
+    (pool indices, stats, hashes, rows per pool, path)."""
     try:
-        tables, stats, hashes = _build_group(documents, group, builder, split_units)
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, tables[0].schema) as writer:
-            for table in tables:
-                writer.write_table(table)
-        send.send(("ok", stats, hashes, [t.num_rows for t in tables], path))
+        built = _build_claimed(documents, bounds, order, partial(_claim_shared, counter), builder, split_units)
+        indices = sorted(built)
+        if indices:
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, built[indices[0]][0].schema) as writer:
+                for index in indices:
+                    writer.write_table(built[index][0])
+        send.send(("ok", indices, [built[k][1] for k in indices], [built[k][2] for k in indices],
+                   [built[k][0].num_rows for k in indices], path))
     except BaseException as error:  # noqa: BLE001 -- reported to the parent, which raises it
         try:
             send.send(("error", error, traceback.format_exc()))
@@ -411,16 +468,20 @@ def _worker(send, documents: _Documents, group: list, builder: PoolBuilder, spli
         send.close()
 
 
-def _receive(process, receive) -> tuple[list[pa.Table], list[dict], list[list[int]]]:
+def _receive(process, receive) -> dict[int, tuple]:
+    """A worker's pools: {pool index: (table, stats, hashes)}."""
     try:
         message = receive.recv()
         if message[0] == "ok":
-            _, stats, hashes, rows, path = message
+            _, indices, stats, hashes, rows, path = message
+            if not indices:
+                return {}
             with pa.OSFile(path, "rb") as source:  # read into memory: the scratch folder is removed afterwards
                 table = pa.ipc.open_file(source).read_all()
             os.unlink(path)
             offsets = np.concatenate(([0], np.cumsum(rows))).tolist()
-            return [table.slice(lo, hi - lo) for lo, hi in zip(offsets[:-1], offsets[1:])], stats, hashes
+            tables = [table.slice(lo, hi - lo) for lo, hi in zip(offsets[:-1], offsets[1:])]
+            return dict(zip(indices, zip(tables, stats, hashes)))
     except EOFError:
         process.join()
         raise RuntimeError(f"a pretraining-data worker process died (exit code {process.exitcode})") from None
@@ -495,22 +556,32 @@ def build_pretraining_dataset(
     bounds = pool_bounds(len(documents), pool_size)
     if not bounds:
         raise ValueError("the input has no documents")
-    tables, pool_stats, hashes = _build_pools(documents, bounds, builder,
-                                              input_layout == "paragraphs" and read_stats is not None, num_proc)
-    _warn_single_document_pools(pool_stats)
-    table = pa.concat_tables(tables).combine_chunks() if len(tables) > 1 else tables[0]
-    if shuffle:  # the original shuffles its instances; one Arrow take is ~50x faster than Dataset.shuffle
-        table = table.take(np.random.default_rng([seed, _SHUFFLE_STREAM]).permutation(table.num_rows))
+    with _joined_at_exit() as finished:
+        tables, pool_stats, hashes = _build_pools(documents, bounds, builder,
+                                                  input_layout == "paragraphs" and read_stats is not None, num_proc,
+                                                  finished)
+        return _finish(tables, pool_stats, hashes, read_stats, builder, spec, shuffle, return_report, settings={
+            "max_seq_length": max_seq_length, "short_seq_prob": short_seq_prob, "dupe_factor": dupe_factor,
+            "masking": masking, "masked_lm_prob": masked_lm_prob, "max_predictions_per_seq": max_predictions_per_seq,
+            "selection": selection, "whole_word_mask": whole_word_mask, "random_token_ids": random_token_ids,
+            "pool_size": pool_size, "seed": seed})
+
+
+def _finish(tables, pool_stats, hashes, read_stats, builder: PoolBuilder, spec: MaskingSpec, shuffle: bool,
+            return_report: bool, settings: dict):
+    """The built pools -> one (shuffled) Dataset, and its report when asked."""
+    seed = settings["seed"]
+    _warn_single_document_pools(pool_stats, stacklevel=4)
+    table = pa.concat_tables(tables)
+    if shuffle:  # the original shuffles its instances
+        table = shuffled_table(table, np.random.default_rng([seed, _SHUFFLE_STREAM]).permutation(table.num_rows))
+    else:
+        table = table.combine_chunks()
     built = Dataset(InMemoryTable(table), info=DatasetInfo(features=builder.features))
     if not return_report:
         return built
     from .report import build_report
 
-    settings = {"max_seq_length": max_seq_length, "short_seq_prob": short_seq_prob, "dupe_factor": dupe_factor,
-                "masking": masking, "masked_lm_prob": masked_lm_prob,
-                "max_predictions_per_seq": max_predictions_per_seq, "selection": selection,
-                "whole_word_mask": whole_word_mask, "random_token_ids": random_token_ids,
-                "pool_size": pool_size, "seed": seed}
     line_hashes = np.fromiter(chain.from_iterable(hashes), dtype=np.uint64)
     return built, build_report(built, pool_stats, line_hashes, read_stats, settings, spec.mask_token_id)
 
@@ -569,7 +640,7 @@ class _Documents:
             return [hi - lo for lo, hi in bounds]
         sizes = np.fromiter((len(d) if isinstance(d, str) else sum(map(len, d or ())) for d in self.rows),
                             dtype=np.int64, count=len(self.rows))
-        return [int(sizes[lo:hi].sum()) + 1 for lo, hi in bounds]
+        return [int(sizes[lo:hi].sum()) for lo, hi in bounds]
 
 
 def _document_table(source, text_column, layout, boundary) -> tuple[_Documents, dict | None]:
@@ -627,10 +698,10 @@ def _stream_rows(documents, builder: PoolBuilder, pool_size: int) -> Iterator[di
         yield from table.to_pylist()
 
 
-def _warn_single_document_pools(pool_stats: list[dict]) -> None:
+def _warn_single_document_pools(pool_stats: list[dict], stacklevel: int = 3) -> None:
     lonely = [s["first_document"] for s in pool_stats if s["pool_documents"] == 1 and s["instances"] > 0]
     if lonely:
         warnings.warn(
             f"{len(lonely)} pool(s) (starting at document {lonely[:5]}) have a single non-empty document: "
             "random-next segments there come from the same document. Use more documents or a larger pool_size.",
-            UserWarning, stacklevel=3)
+            UserWarning, stacklevel=stacklevel)
