@@ -132,7 +132,8 @@ def test_shuffled_table_is_arrow_take():
         lengths = rng.integers(0, 9, n)
         offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
         table = pa.table({
-            "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, 30000, offsets[-1]), pa.int32())),
+            "ids": pa.ListArray.from_arrays(pa.array(offsets),
+                                            pa.array(rng.integers(0, 30000, offsets[-1]), pa.int32())),
             "types": pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, 2, offsets[-1]), pa.int8())),
             "label": pa.array(rng.integers(0, 2, n), pa.int8()),
             "name": pa.array([f"row{start + i}" for i in range(n)]),  # not numeric: goes through take
