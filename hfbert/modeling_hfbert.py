@@ -167,7 +167,7 @@ class _Layout:
         if at is None:
             return x.view(self.batch, self.length, -1)
         view = x.new_zeros(self.batch * self.length, x.shape[-1])
-        return view.index_copy(0, at, x).view(self.batch, self.length, -1)
+        return view.index_copy_(0, at, x).view(self.batch, self.length, -1)  # in place: no copy of the zeros
 
     def gather(self, x: torch.Tensor, at: torch.Tensor | None) -> torch.Tensor:
         """(B, L, C) -> (rows, C)."""
