@@ -37,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -58,17 +59,33 @@ SECTIONS = ("a", "b", "c", "d")
 # ----------------------------------------------------------------------------------------------- measuring
 
 
-def alternate(runs: dict[str, Callable[[], float]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
-    """Run every contender ``warmup`` times, then ``repeats`` rounds in alternating order; seconds per run."""
+def alternate(runs: dict[str, Callable[[], float]], repeats: int, warmup: int = 1,
+              min_seconds: float = 0.0) -> dict[str, list[float]]:
+    """Run every contender ``warmup`` times, then rounds in alternating order (A B, B A, ...); seconds per run.
+
+    At least ``repeats`` rounds, and more (at most 4x) until every contender has run for ``min_seconds`` in
+    total: a run of a tenth of a second gets more than 5 samples, so a slow spell of the machine lasting a second
+    or two cannot decide the median.
+    """
     for run in runs.values():
         for _ in range(warmup):
             run()
     names = list(runs)
     times: dict[str, list[float]] = {name: [] for name in names}
-    for round_ in range(repeats):
+    round_ = 0
+    while round_ < repeats or (round_ < 4 * repeats and min(map(sum, times.values())) < min_seconds):
         for name in names if round_ % 2 == 0 else reversed(names):
             times[name].append(runs[name]())
+        round_ += 1
     return times
+
+
+def paired_speedup(theirs: list[float], ours: list[float]) -> float | None:
+    """Median over rounds of ``theirs / ours``: the two runs of a round are adjacent in time, so a slow or fast
+    spell of a shared machine affects both and cancels in the ratio (the ratio of the two medians does not pair
+    them; both are in the JSON)."""
+    ratios = [t / o for t, o in zip(theirs, ours) if o > 0]
+    return _median(ratios) if ratios else None
 
 
 def _synchronize(device: torch.device) -> None:
@@ -286,7 +303,8 @@ def bench_pretraining(preset: str, length: int, batch_size: int, args, device: t
 
         return run
 
-    times = alternate({name: _timed(step(name), device) for name in models}, args.repeats)
+    times = alternate({name: _timed(step(name), device) for name in models}, args.repeats,
+                      min_seconds=args.min_seconds)
     tokens = int(batch["attention_mask"].sum())
     result = {"preset": preset, "length": length, "batch_size": batch_size, "tokens_per_batch": tokens,
               "padded_tokens_per_batch": batch_size * length}
@@ -297,7 +315,8 @@ def bench_pretraining(preset: str, length: int, batch_size: int, args, device: t
         if device.type == "cuda" and args.peak_tflops:
             flops = train_flops_per_step(config, batch, vocab_logits_everywhere=name == "transformers")
             result[name]["mfu"] = flops / seconds / (args.peak_tflops * 1e12)
-    result["speedup"] = _ratio(result["hfbert"]["tokens_per_s"], result["transformers"]["tokens_per_s"])
+    result["speedup"] = paired_speedup(times["transformers"], times["hfbert"])
+    result["speedup_of_medians"] = _ratio(result["hfbert"]["tokens_per_s"], result["transformers"]["tokens_per_s"])
     result["memory_ratio"] = _ratio(result["hfbert"]["peak_memory_mb"], result["transformers"]["peak_memory_mb"])
     del models, optimizers
     return result
@@ -329,7 +348,8 @@ def bench_inference(preset: str, batches: list[dict], kind: str, args, device: t
     runs = {"hfbert": forward(ours), "transformers": forward(theirs)}
     if has_padding:
         runs["hfbert_padding_free"] = forward(ours, padding_free=True)
-    times = alternate({name: _timed(run, device) for name, run in runs.items()}, args.repeats)
+    times = alternate({name: _timed(run, device) for name, run in runs.items()}, args.repeats,
+                      min_seconds=args.min_seconds)
     ours.config.padding_free = False
     tokens = sum(int(batch["attention_mask"].sum()) for batch in batches)
     padded = sum(batch["input_ids"].numel() for batch in batches)
@@ -340,10 +360,12 @@ def bench_inference(preset: str, batches: list[dict], kind: str, args, device: t
     for name in runs:
         seconds = _median(times[name])
         result[name] = {"run_s": seconds, "tokens_per_s": tokens / seconds, "times_s": times[name]}
-    result["speedup"] = _ratio(result["hfbert"]["tokens_per_s"], result["transformers"]["tokens_per_s"])
+    result["speedup"] = paired_speedup(times["transformers"], times["hfbert"])
+    result["speedup_of_medians"] = _ratio(result["hfbert"]["tokens_per_s"], result["transformers"]["tokens_per_s"])
     if has_padding:
-        result["speedup_padding_free"] = _ratio(result["hfbert_padding_free"]["tokens_per_s"],
-                                                result["transformers"]["tokens_per_s"])
+        result["speedup_padding_free"] = paired_speedup(times["transformers"], times["hfbert_padding_free"])
+        result["speedup_padding_free_of_medians"] = _ratio(result["hfbert_padding_free"]["tokens_per_s"],
+                                                           result["transformers"]["tokens_per_s"])
     return result
 
 
@@ -373,36 +395,56 @@ def _corpus(args, scratch: Path) -> Path:
 
 
 def bench_pipeline(args, scratch: Path) -> list[dict]:
-    """1 and 2 processes, ``args.repeats`` rounds in alternating order (each build in a fresh interpreter); each
-    row is the run with the median wall time, and ``wall_s_runs`` lists them all."""
+    """1 process, 2 processes, and two independent 1-process builds started together ("1+1": what this machine
+    gives two busy processes that share nothing), ``args.repeats`` rounds in alternating order, each build in a
+    fresh interpreter.  Each row is the run with the median wall time (``wall_s_by_round``: all of them);
+    ``scaling_vs_1_proc`` is the median over rounds of the 1-process wall time over the other's (the runs of a
+    round are adjacent in time), ``scaling_of_medians`` the ratio of the two medians."""
     try:
-        from .data.bench import measure_pipeline
+        from .data.bench import measure_concurrent, measure_pipeline
     except ImportError as error:
         return [{"available": False, "reason": f"hfbert.data.bench.measure_pipeline not importable: {error}"}]
     corpus = _corpus(args, scratch)
     tokenizer_dir = _tokenizer_dir(corpus, scratch, args.quick)
-    runs: dict[int, list[dict]] = {1: [], 2: []}
-    failures: dict[int, str] = {}
+    contenders = {1: partial(measure_pipeline, 1, corpus, tokenizer_dir),
+                  2: partial(measure_pipeline, 2, corpus, tokenizer_dir),
+                  "1+1": lambda: _together(measure_concurrent(2, corpus, tokenizer_dir))}
+    runs: dict = {name: [] for name in contenders}
+    failures: dict = {}
     for round_ in range(args.repeats):
-        for num_proc in (1, 2) if round_ % 2 == 0 else (2, 1):
-            if num_proc in failures:
+        for name in list(contenders) if round_ % 2 == 0 else reversed(list(contenders)):
+            if name in failures:
                 continue
             try:
-                runs[num_proc].append(measure_pipeline(num_proc, corpus, tokenizer_dir))
+                runs[name].append(contenders[name]())
             except Exception as error:  # noqa: BLE001 - reported, not hidden: the other sections still run
-                failures[num_proc] = f"{type(error).__name__}: {error}"[:500]
+                failures[name] = f"{type(error).__name__}: {error}"[:500]
     rows = []
-    for num_proc, measured in runs.items():
-        if num_proc in failures:
-            rows.append({"available": False, "num_proc": num_proc, "reason": failures[num_proc]})
+    for name, measured in runs.items():
+        if name in failures:
+            rows.append({"available": False, "num_proc": name, "reason": failures[name]})
             continue
-        walls = sorted(m["wall_s"] for m in measured)
         median = sorted(measured, key=lambda m: m["wall_s"])[(len(measured) - 1) // 2]
-        rows.append({"available": True, "corpus": str(corpus), **median, "wall_s_runs": walls,
+        rows.append({"available": True, "corpus": str(corpus), **median,
+                     "wall_s_by_round": [m["wall_s"] for m in measured],
                      "vs_original_per_core": median["tokens_per_cpu_s"] / ORIGINAL_PIPELINE_TOKENS_PER_CORE_S})
-    if all(row.get("available") for row in rows):
-        rows[1]["scaling_vs_1_proc"] = rows[1]["tokens_per_s"] / rows[0]["tokens_per_s"]
+    if rows[0].get("available"):
+        one = rows[0]
+        for row in rows[1:]:
+            if row.get("available"):  # tokens per second: a "1+1" round builds the corpus twice
+                row["scaling_vs_1_proc"] = paired_speedup(
+                    [w * row["tokens"] / one["tokens"] for w in one["wall_s_by_round"]], row["wall_s_by_round"])
+                row["scaling_of_medians"] = row["tokens_per_s"] / one["tokens_per_s"]
     return rows
+
+
+def _together(results: list[dict]) -> dict:
+    """Independent builds started at the same instant, as one run: all their tokens over the longest wall time."""
+    wall, cpu = max(r["wall_s"] for r in results), sum(r["cpu_s"] for r in results)
+    tokens = sum(r["tokens"] for r in results)
+    return {"num_proc": "1+1", "wall_s": wall, "cpu_s": round(cpu, 3), "tokens": tokens,
+            "instances": sum(r["instances"] for r in results), "tokens_per_s": round(tokens / wall),
+            "tokens_per_cpu_s": round(tokens / cpu), "walls_s": [r["wall_s"] for r in results]}
 
 
 def _tokenizer_dir(corpus: Path, scratch: Path, quick: bool) -> Path:
@@ -494,6 +536,9 @@ def targets(report: dict) -> list[dict]:
     two = next((r for r in pipeline if r["num_proc"] == 2), None)
     add("data pipeline per core vs original script", one and one["vs_original_per_core"], 3.0)
     add("data pipeline 2 vs 1 processes", two and two.get("scaling_vs_1_proc"), 1.7)
+    both = next((r for r in pipeline if r["num_proc"] == "1+1"), None)
+    add("two independent 1-process builds at once vs one (what the machine gives 2 processes)",
+        both and both.get("scaling_vs_1_proc"), None)
     return rows
 
 
@@ -571,6 +616,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=None,
                         help="batch size at every size (default: per preset, fewer rows at longer lengths)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per contender (median reported)")
+    parser.add_argument("--min-seconds", type=float, default=3.0,
+                        help="sections a and b: more rounds (up to 4x --repeats) until each contender ran this long")
     parser.add_argument("--sections", default="a,b,c,d", help="a pretraining, b inference, c data, d wordpiece")
     parser.add_argument("--output", default="bench.json", help="where to write the JSON report")
     parser.add_argument("--markdown", default=None, help="also write the tables as Markdown to this file")
@@ -600,6 +647,7 @@ def run(args) -> dict:
         torch.set_num_threads(args.threads)
     if args.quick:
         args.presets, args.lengths, args.repeats = "mini", "16,32", min(args.repeats, 3)
+        args.min_seconds = 0.0
         args.vocab_size = 500
     else:
         args.vocab_size = BERT_VOCAB_SIZE

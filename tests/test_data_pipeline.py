@@ -67,6 +67,8 @@ def test_byte_identical_for_num_proc_1_and_2_and_across_runs(static_build, auste
     other_seed = build_pretraining_dataset(austen, en_tok, **_austen_kwargs(seed=8))
     assert report["digest"] == content_digest(dataset) == content_digest(two) == content_digest(again)
     assert content_digest(other_seed) != report["digest"]
+    # The content digest is also the datasets fingerprint: the same content, the same fingerprint.
+    assert dataset._fingerprint == two._fingerprint == report["digest"][:32] != other_seed._fingerprint
 
 
 def test_layout_segment_ids_lengths_and_fixed_mask_counts(static_build, en_tok):
@@ -121,10 +123,13 @@ def test_any_num_proc_gives_the_same_rows_and_restores_gc(en_tok):
     assert len(digests) == 1 and gc.isenabled()
 
 
-def test_shuffled_table_is_arrow_take():
+def test_shuffled_table_is_arrow_take(monkeypatch):
     import pyarrow as pa
 
+    from hfbert.data import pipeline
     from hfbert.data.pipeline import shuffled_table
+
+    monkeypatch.setattr(pipeline, "_GATHER_ROWS", 7)  # several blocks, the last one partial
 
     rng = np.random.default_rng(0)
 

@@ -14,10 +14,11 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["measure_pipeline"]
+__all__ = ["measure_concurrent", "measure_pipeline"]
 
 
 def measure_pipeline(
@@ -32,18 +33,59 @@ def measure_pipeline(
     max_seq_length: int = 128,
 ) -> dict:
     """Build examples from ``corpus`` in a subprocess and return its timings (see module docstring)."""
+    done = subprocess.run(_command(num_proc, corpus, tokenizer_dir, layout, boundary, dupe_factor, masking,
+                                   max_seq_length), env=_env(), capture_output=True, text=True, check=False)
+    return _result(done.returncode, done.stdout, done.stderr)
+
+
+def measure_concurrent(copies: int, corpus: str | Path, tokenizer_dir: str | Path, **settings) -> list[dict]:
+    """``copies`` independent 1-process builds that start at the same instant (each waits for the others to finish
+    importing), one result per build.
+
+    What the machine itself gives two busy processes that share nothing: if two independent builds at once take
+    longer each than one alone, no split of one build over 2 processes can scale better than that.
+    """
+    with tempfile.TemporaryDirectory(prefix="hfbert-barrier-") as barrier:
+        command = _command(1, corpus, tokenizer_dir, **{**_DEFAULTS, **settings})
+        command += ["--barrier", barrier, "--parties", str(copies)]
+        processes = [subprocess.Popen(command, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for _ in range(copies)]
+        outputs = [process.communicate() for process in processes]
+    return [_result(process.returncode, out, err) for process, (out, err) in zip(processes, outputs)]
+
+
+_DEFAULTS = {"layout": "paragraphs", "boundary": "chapter", "dupe_factor": 1, "masking": "static",
+             "max_seq_length": 128}
+
+
+def _env() -> dict:
+    return dict(os.environ, RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+
+
+def _command(num_proc, corpus, tokenizer_dir, layout, boundary, dupe_factor, masking, max_seq_length) -> list[str]:
     if not Path(corpus).is_file():
         raise FileNotFoundError(f"corpus not found: {corpus}")
     if not Path(tokenizer_dir).is_dir():
         raise FileNotFoundError(f"tokenizer directory not found: {tokenizer_dir}")
-    command = [sys.executable, "-m", "hfbert.data.bench", "--num-proc", str(num_proc), "--corpus", str(corpus),
-               "--tokenizer", str(tokenizer_dir), "--layout", layout, "--boundary", boundary or "",
-               "--dupe-factor", str(dupe_factor), "--masking", masking, "--max-seq-length", str(max_seq_length)]
-    env = dict(os.environ, RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"benchmark subprocess failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return [sys.executable, "-m", "hfbert.data.bench", "--num-proc", str(num_proc), "--corpus", str(corpus),
+            "--tokenizer", str(tokenizer_dir), "--layout", layout, "--boundary", boundary or "",
+            "--dupe-factor", str(dupe_factor), "--masking", masking, "--max-seq-length", str(max_seq_length)]
+
+
+def _result(returncode: int, stdout: str, stderr: str) -> dict:
+    if returncode != 0:
+        raise RuntimeError(f"benchmark subprocess failed:\n{stderr[-2000:]}")
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def _wait_for_parties(folder: Path, parties: int, timeout: float = 120.0) -> None:
+    """Barrier between benchmark processes: say ready, then wait until ``parties`` have said so."""
+    (folder / f"ready-{os.getpid()}").touch()
+    deadline = time.monotonic() + timeout
+    while sum(1 for _ in folder.glob("ready-*")) < parties:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only some of {parties} benchmark processes became ready within {timeout:.0f} s")
+        time.sleep(0.0005)
 
 
 def _measure_here(args: argparse.Namespace) -> dict:
@@ -56,6 +98,8 @@ def _measure_here(args: argparse.Namespace) -> dict:
     disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     boundary = CHAPTER_HEADING if args.boundary == "chapter" else (args.boundary or None)
+    if args.barrier:
+        _wait_for_parties(Path(args.barrier), args.parties)
     cpu_before = _cpu_seconds()
     start = time.perf_counter()
     dataset, report = build_pretraining_dataset(
@@ -83,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dupe-factor", type=int, default=1)
     parser.add_argument("--masking", default="static")
     parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--barrier", default=None, help="folder: start only once --parties processes are ready")
+    parser.add_argument("--parties", type=int, default=1)
     print(json.dumps(_measure_here(parser.parse_args(argv))))
     return 0
 

@@ -23,7 +23,11 @@ def content_digest(dataset: Dataset) -> str:
     """SHA-256 of the dataset's schema and values: equal digests mean identical content, whatever the chunking,
     slicing or cache files behind the dataset (Arrow buffers themselves may carry unused bytes, so the values
     are hashed, not the buffers)."""
-    table = dataset.with_format("arrow")[:]
+    return table_digest(dataset.with_format("arrow")[:])
+
+
+def table_digest(table: pa.Table) -> str:
+    """:func:`content_digest` of an Arrow table."""
     digest = hashlib.sha256(str(table.schema.remove_metadata()).encode())
     for name in table.column_names:
         column = table.column(name).combine_chunks()
@@ -75,8 +79,9 @@ def _mask_actions(table, mask_token_id: int | None) -> dict | None:
 
 
 def build_report(dataset: Dataset, pool_stats: list[dict], line_hashes: np.ndarray, read_stats: dict | None,
-                 settings: dict, mask_token_id: int | None = None) -> dict:
-    """Aggregate per-pool stats and the built rows into one report (a JSON-serialisable dict)."""
+                 settings: dict, mask_token_id: int | None = None, digest: str | None = None) -> dict:
+    """Aggregate per-pool stats and the built rows into one report (a JSON-serialisable dict).  ``digest``: the
+    dataset's :func:`content_digest` when the caller has it already."""
     total = {key: sum(s[key] for s in pool_stats) for key in pool_stats[0] if key != "first_document"}
     table = dataset.with_format("arrow")[:]
     labels = table.column("next_sentence_label").to_numpy(zero_copy_only=False)
@@ -85,7 +90,7 @@ def build_report(dataset: Dataset, pool_stats: list[dict], line_hashes: np.ndarr
     sentences_in = total["sentences"] + total["skipped_empty_lines"]
     unique_lines = int(len(np.unique(line_hashes)))
     report = {
-        "digest": content_digest(dataset),
+        "digest": digest or content_digest(dataset),
         "settings": settings,
         "input": read_stats,
         "documents": {"total": total["documents"], "empty_skipped": total["empty_documents"],
