@@ -548,8 +548,8 @@ class WordCacheEncoder:
     corpus of any size.  Pickles without its cache and its `tokenizers` object (both are rebuilt on use).
     """
 
-    def __init__(self, tokenizer_json: str, max_cached_words: int = 1 << 18) -> None:
-        config = json.loads(tokenizer_json)
+    def __init__(self, tokenizer_json: str, max_cached_words: int = 1 << 18, config: dict | None = None) -> None:
+        config = json.loads(tokenizer_json) if config is None else config  # ``config``: the JSON already parsed
         self.tokenizer_json = tokenizer_json
         self.max_cached_words = max_cached_words
         model = config.get("model") or {}

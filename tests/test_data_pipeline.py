@@ -153,6 +153,17 @@ def test_shuffled_table_is_arrow_take(monkeypatch):
     assert shuffled_table(empty, np.arange(0)).equals(empty.combine_chunks())
 
 
+def test_tokenizer_facts_give_get_vocab(en_tok, zh_tok):
+    import copy
+
+    from hfbert.data.pipeline import TokenizerFacts
+
+    extended = copy.deepcopy(en_tok)
+    extended.add_tokens(["[NEWTOKEN]", "hfbertword"])
+    for tokenizer in (en_tok, zh_tok, extended):
+        assert TokenizerFacts.of(tokenizer).vocab == tokenizer.get_vocab()
+
+
 def test_rows_do_not_depend_on_which_process_builds_which_pool(en_tok, tmp_path):
     """The pools are handed out one at a time: a slow worker builds fewer of them, the rows stay the same."""
     import os

@@ -44,13 +44,14 @@ def num_to_predict(length: int, masked_lm_prob: float, max_predictions_per_seq: 
     return min(max_predictions_per_seq, max(1, int(round(length * masked_lm_prob))))
 
 
-def replacement_pool(tokenizer, mode: str = "non_special") -> np.ndarray:
+def replacement_pool(tokenizer, mode: str = "non_special", vocab: dict | None = None) -> np.ndarray:
     """Token ids a "random token" replacement may draw.
 
     ``"non_special"`` excludes the tokenizer's special tokens and bracketed placeholders such as ``[unused7]``;
-    ``"any"`` is the whole vocabulary, as in the original.
+    ``"any"`` is the whole vocabulary, as in the original.  ``vocab``: ``tokenizer.get_vocab()`` when the caller
+    has it already.
     """
-    vocab = tokenizer.get_vocab()
+    vocab = tokenizer.get_vocab() if vocab is None else vocab
     size = max(vocab.values()) + 1
     if mode == "any":
         return np.arange(size, dtype=np.int32)
@@ -64,9 +65,9 @@ def replacement_pool(tokenizer, mode: str = "non_special") -> np.ndarray:
     return np.flatnonzero(keep).astype(np.int32)
 
 
-def continuation_table(tokenizer) -> np.ndarray:
+def continuation_table(tokenizer, vocab: dict | None = None) -> np.ndarray:
     """Boolean table over the vocabulary: True for WordPiece continuations (``##...``)."""
-    vocab = tokenizer.get_vocab()
+    vocab = tokenizer.get_vocab() if vocab is None else vocab
     table = np.zeros(max(vocab.values()) + 1, dtype=bool)
     for token, index in vocab.items():
         if token.startswith("##"):
@@ -108,12 +109,13 @@ class MaskingSpec:
         whole_word_mask: bool = False,
         wwm_per_word_decision: bool = True,
         random_token_ids: str = "non_special",
+        vocab: dict | None = None,
     ) -> MaskingSpec:
         if tokenizer.mask_token_id is None:
             raise ValueError("the tokenizer has no mask token ([MASK]); masked-LM examples cannot be built")
         return cls(
             mask_token_id=int(tokenizer.mask_token_id),
-            replacement_ids=replacement_pool(tokenizer, random_token_ids),
+            replacement_ids=replacement_pool(tokenizer, random_token_ids, vocab),
             masked_lm_prob=masked_lm_prob,
             max_predictions_per_seq=max_predictions_per_seq,
             selection=selection,
