@@ -112,7 +112,7 @@ class TokenizerFacts:
     """What a build reads from the tokenizer, taken from one parse of its JSON (``get_vocab()`` alone took 20 ms,
     and every process parsed the JSON again for its encoder: ~0.04 s before the first pool, serial)."""
 
-    json: str  # the `tokenizers` pipeline
+    text: str  # the `tokenizers` pipeline, serialised
     config: dict  # ... parsed
     vocab: dict  # token -> id, as ``tokenizer.get_vocab()`` gives it (model vocabulary and added tokens)
 
@@ -136,7 +136,7 @@ class PoolBuilder:
         facts = TokenizerFacts.of(tokenizer) if facts is None else facts
         # A private copy without truncation/padding: sentences must come out whole, as the original tokenizes them.
         # Made on first use (see `backend`), so that worker processes make theirs in parallel.
-        self._backend_json, self._config = facts.json, facts.config
+        self._backend_json, self._config = facts.text, facts.config
         self._backend = self._encoder = None
         self.cls_id, self.sep_id = int(tokenizer.cls_token_id), int(tokenizer.sep_token_id)
         self.spec = spec
