@@ -124,6 +124,13 @@ def push_to_hub(
         api.create_repo(repo_id, private=private, exist_ok=True)
         if branch != "main":
             api.create_branch(repo_id, branch=branch, exist_ok=True)
+        if tag is not None:  # checked before uploading: a taken tag would otherwise fail after the commit landed
+            taken = {ref.name: ref.target_commit for ref in api.list_repo_refs(repo_id).tags}
+            if tag in taken:
+                raise HubPushError(
+                    f"tag {tag!r} already exists in {repo_id} (at commit {taken[tag][:12]}); nothing was uploaded. "
+                    f"Choose another tag, or delete that one first (HfApi().delete_tag). Nothing was changed in "
+                    f"{folder}.")
         commit = api.upload_folder(
             folder_path=folder,
             repo_id=repo_id,

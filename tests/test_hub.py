@@ -303,6 +303,13 @@ def test_push_fails_clearly_and_leaves_the_folder_intact(hub_server, tmp_path, m
     assert set(files) == set(before) | {".gitattributes"}
     assert all(files[name].data == data for name, (data, _) in before.items())
 
+    # A tag that is taken is refused before anything is uploaded.
+    tagged = push_to_hub(folder, "user/x", tag="v1", token=WRITE, endpoint=hub_server.url).commit_oid
+    (folder / "notes.txt").write_text("a change worth a commit")
+    with pytest.raises(HubPushError, match=r"tag 'v1' already exists in user/x .*nothing was uploaded"):
+        push_to_hub(folder, "user/x", tag="v1", token=WRITE, endpoint=hub_server.url)
+    assert repo.branches["main"] == repo.tags["v1"] == tagged
+
 
 def test_push_cli_reports_errors(tmp_path, capsys):
     from hfbert.hub import main
