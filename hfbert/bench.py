@@ -6,13 +6,16 @@ a. pretraining step (forward + backward + AdamW step) tokens/s and peak memory, 
    ``transformers.BertForPreTraining`` (SDPA), same weights, same batch;
 b. inference tokens/s, ``HfBertModel`` vs ``transformers.BertModel`` (SDPA), on uniform-length batches and on
    mixed-length batches of real sentences (padded to the longest in the batch, as ``DataCollatorWithPadding`` does);
-c. data pipeline tokens/s (tokenize + build NSP pairs + mask) for 1 and 2 processes (``hfbert.data.bench``);
+c. data pipeline tokens/s (tokenize + build NSP pairs + mask) for 1 and 2 processes, and for two independent
+   1-process builds started together (what the machine gives two processes; ``hfbert.data.bench``);
 d. WordPiece training MB/s (``hfbert.tokenization.train_wordpiece``).
 
 Method. The machine this runs on is usually shared, so absolute figures drift. Every comparison therefore runs in
-one process on the same inputs, alternating the contenders repeat by repeat (A B, B A, A B, ...) after one warm-up
-run each, and reports medians and the ratio of medians. Tokens are real (non-padding) tokens, the same count for
-both sides of a comparison.
+one process on the same inputs, alternating the contenders round by round (A B, B A, A B, ...) after one warm-up
+run each, at least ``--repeats`` rounds and more for short runs (``--min-seconds``). It reports the medians and, as
+the speed-up, the median of the per-round ratios: the two runs of a round are adjacent in time, so a slow spell of
+the machine affects both (the ratio of the medians is in the JSON too). Tokens are real (non-padding) tokens, the
+same count for both sides of a comparison.
 
 Peak memory (CPU) is the largest amount of tensor memory live at any moment of one training step: the bytes held
 before the step (parameters and AdamW state, identical on both sides) plus the peak of the running sum of every
