@@ -42,8 +42,9 @@ def measure_concurrent(copies: int, corpus: str | Path, tokenizer_dir: str | Pat
     """``copies`` independent 1-process builds that start at the same instant (each waits for the others to finish
     importing), one result per build.
 
-    What the machine itself gives two busy processes that share nothing: if two independent builds at once take
-    longer each than one alone, no split of one build over 2 processes can scale better than that.
+    What the machine itself gives two busy processes that share nothing: when two independent builds at once each
+    take longer than one alone, a build split over 2 processes cannot be expected to scale better than that (the
+    two are measured in the same rounds, so their spread is comparable).
     """
     with tempfile.TemporaryDirectory(prefix="hfbert-barrier-") as barrier:
         command = _command(1, corpus, tokenizer_dir, **{**_DEFAULTS, **settings})
