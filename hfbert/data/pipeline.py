@@ -48,7 +48,7 @@ from datasets import Dataset, DatasetInfo, Features, IterableDataset, List, Valu
 from datasets.table import InMemoryTable
 from datasets.utils import tqdm as hf_tqdm
 
-from ..tokenization import WordCacheEncoder
+from ..tokenization import WordCacheEncoder, _concat_ranges
 from .documents import ReadStats, read_documents, split_sentences
 from .masking import MaskingSpec, continuation_table, mask_batch
 from .nsp import Pool, create_instances_from_document, document_rng
@@ -255,7 +255,7 @@ class PoolBuilder:
         ones = np.ones(n, dtype=np.int64)
         starts = np.stack([cls_at * ones, a0, sep_at * ones, b0, sep_at * ones], axis=1).ravel()
         lengths = np.stack([ones, a1 - a0, ones, b1 - b0, ones], axis=1).ravel()
-        gather = _ranges(starts, lengths)
+        gather = _concat_ranges(starts, lengths)
         ids = np.concatenate((pool.ids, [self.cls_id, self.sep_id])).astype(np.int32)[gather]
         row_lengths = lengths.reshape(n, 5).sum(axis=1)
         offsets = np.concatenate(([0], np.cumsum(row_lengths)))
@@ -312,12 +312,6 @@ def _gc_paused():
             gc.enable()
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + l)`` for every (s, l), without a Python loop."""
-    ends = np.cumsum(lengths)
-    return np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(starts - (ends - lengths), lengths)
-
-
 def shuffled_table(table: pa.Table, order: np.ndarray) -> pa.Table:
     """``table.take(order)`` (one chunk per column), done with numpy gathers on the offsets and values.
 
@@ -340,7 +334,8 @@ def shuffled_table(table: pa.Table, order: np.ndarray) -> pa.Table:
             values = np.empty(int(new_offsets[-1]), dtype=source.dtype)
             for lo in range(0, len(order), _GATHER_ROWS):  # small index arrays: reused memory, see below
                 hi = min(lo + _GATHER_ROWS, len(order))
-                np.take(source, _ranges(starts[lo:hi], lengths[lo:hi]), out=values[new_offsets[lo]:new_offsets[hi]])
+                at = _concat_ranges(starts[lo:hi], lengths[lo:hi])
+                np.take(source, at, out=values[new_offsets[lo]:new_offsets[hi]])
             columns.append(pa.ListArray.from_arrays(pa.array(new_offsets), pa.array(values), type=array.type))
         elif array.null_count == 0 and (pa.types.is_integer(array.type) or pa.types.is_floating(array.type)):
             columns.append(pa.array(array.to_numpy()[order], type=array.type))
