@@ -31,8 +31,7 @@ from .pretrain_config import ConfigError, PretrainConfig
 
 __all__ = [
     "BUILTIN_CORPUS", "BatchPlan", "PretrainingData", "baselines", "check_sources", "collate", "examples_at",
-    "held_out_examples", "iterate_eval_batches", "load_documents", "load_tokenizer", "prepare_data",
-    "split_documents", "train_tokenizer",
+    "iterate_eval_batches", "load_documents", "load_tokenizer", "prepare_data", "split_documents", "train_tokenizer",
 ]
 
 #: Jane Austen's six novels (public domain), one paragraph per line, "CHAPTER ..." lines between chapters.
@@ -196,7 +195,8 @@ def prepare_data(config: PretrainConfig, tokenizer, train_docs: list, eval_docs:
     for length in sorted(set(lengths)):
         train[length] = _build(train_docs, tokenizer, config, length, masking=config.masking,
                                dupe_factor=config.dupe_factor, seed=config.seed)
-        evaluation[length] = held_out_examples(config, tokenizer, eval_docs, length)
+        held_out = _build(eval_docs, tokenizer, config, length, masking="static", dupe_factor=1, seed=config.seed + 1)
+        evaluation[length] = held_out.select(range(min(len(held_out), config.max_eval_examples)))
     first, last = min(train), lengths[-1]
     stats = {
         "corpus": corpus_name,
@@ -216,13 +216,6 @@ def prepare_data(config: PretrainConfig, tokenizer, train_docs: list, eval_docs:
     if len(by_length) > 1:
         stats["baselines_by_length"] = by_length
     return PretrainingData(train, evaluation, stats)
-
-
-def held_out_examples(config: PretrainConfig, tokenizer, eval_docs: list, length: int):
-    """The held-out examples at one length: statically masked once with a fixed seed, capped at
-    ``max_eval_examples`` (the same examples and masks at every evaluation, and in every run with this config)."""
-    held_out = _build(eval_docs, tokenizer, config, length, masking="static", dupe_factor=1, seed=config.seed + 1)
-    return held_out.select(range(min(len(held_out), config.max_eval_examples)))
 
 
 def baselines(held_out) -> dict[str, float]:
