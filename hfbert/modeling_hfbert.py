@@ -30,6 +30,9 @@ Deliberate differences from ``transformers.BertModel`` (outputs and losses are o
 * ``config.padding_free = True`` (default False) extends that to the bare encoder and the per-token heads:
   padding positions are not computed and ``last_hidden_state`` is 0 there, so a mixed-length batch costs about its
   real tokens. transformers computes padding positions; by default hfbert does too, so outputs match everywhere.
+* On CPU, float32 linear layers run through oneDNN (with GELU/tanh applied in the same pass at inference) instead of
+  the default MKL GEMM: same products, ~1.2-1.7x faster here, float32-rounding differences only (~1e-6 relative).
+  ``HFBERT_ONEDNN=0`` switches it off; wrapped or hooked layers (LoRA, offloading) always run their own forward.
 * Inputs are validated up front (length, vocabulary range, token types, shapes) with errors that name the problem.
 
 This file travels to the Hub as remote code: it imports only torch, transformers and its sibling
@@ -39,11 +42,13 @@ This file travels to the Hub as remote code: it imports only torch, transformers
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -72,6 +77,115 @@ def _activation(name: str):
     if name == "relu":
         return nn.ReLU()
     raise ValueError(f"unknown hidden_act {name!r}")
+
+
+# --- Linear layers on CPU: oneDNN instead of the default GEMM -----------------------------------------------------
+# On CPU, float32 ``nn.Linear`` runs MKL's GEMM. oneDNN's matmul (the op torch.compile's CPU backend uses for linear
+# layers) does the same products 1.2-1.7x faster on our 2-core AVX-512 machine (forward and input gradient; not the
+# weight gradient), and can apply the activation in the same pass. It sums in a different order, so results differ
+# from ``F.linear`` by float32 rounding (~1e-6 relative); ``HFBERT_ONEDNN=0`` keeps the default kernels. Anything
+# that is not a plain float32 ``nn.Linear`` on CPU (LoRA and other wrapped or hooked modules, autocast,
+# torch.compile, tensor subclasses) takes the module's own forward.
+ONEDNN_LINEAR = os.environ.get("HFBERT_ONEDNN", "1") != "0"
+
+
+def _onednn_ready() -> bool:
+    ready = getattr(_onednn_ready, "cached", None)
+    if ready is None:
+        ready = _onednn_ready.cached = torch.backends.mkldnn.is_available() and hasattr(
+            torch.ops.mkldnn, "_linear_pointwise"
+        )
+    return ready
+
+
+def _onednn_linear(x, weight, bias, post_op: str = "none", algorithm: str = ""):
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, post_op, [], algorithm)
+
+
+class _OneDnnLinearFunction(torch.autograd.Function):
+    """``F.linear`` with oneDNN for the forward and the input gradient; the weight gradient stays a plain GEMM
+    (oneDNN is not faster at that shape)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _onednn_linear(x, weight, bias)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        flat = grad.reshape(-1, grad.shape[-1])
+        grad_x = _onednn_linear(grad, weight.t(), None) if ctx.needs_input_grad[0] else None
+        grad_weight = flat.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[1] else None
+        grad_bias = flat.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, grad_weight, grad_bias
+
+
+def _post_op(activation):
+    """The oneDNN post-op that computes the same function as ``activation``, or None (then it runs separately)."""
+    if activation is None:
+        return "none", ""
+    if type(activation) is nn.GELU:
+        return "gelu", activation.approximate  # "none" = erf, "tanh"
+    if type(activation) is nn.ReLU:
+        return "relu", ""
+    if type(activation) is nn.Tanh:
+        return "tanh", ""
+    return None
+
+
+def _plain(module) -> bool:
+    """An ``nn.Linear`` whose forward is nothing but ``F.linear``: not a subclass (LoRA, quantised layers), no hooks,
+    no patched forward (accelerate's offloading)."""
+    return (
+        type(module) is nn.Linear
+        and not module._forward_hooks
+        and not module._forward_pre_hooks
+        and "forward" not in module.__dict__
+    )
+
+
+def _dense(x: torch.Tensor, *modules: nn.Linear, activation: nn.Module | None = None) -> torch.Tensor:
+    """``activation(cat([m(x) for m in modules], -1))``: several plain layers run as one GEMM over their
+    concatenated weights (the parameters keep their checkpoint names), on CPU through oneDNN (see above)."""
+    plain = all(_plain(m) for m in modules)
+    if plain and len(modules) > 1:
+        weight = torch.cat([m.weight for m in modules])
+        bias = None if any(m.bias is None for m in modules) else torch.cat([m.bias for m in modules])
+    elif plain:
+        weight, bias = modules[0].weight, modules[0].bias
+    fast = (
+        plain
+        and ONEDNN_LINEAR
+        and x.device.type == "cpu"
+        and x.dtype == weight.dtype == torch.float32
+        and type(x) is torch.Tensor
+        and type(weight) in (torch.Tensor, nn.Parameter)
+        and not nn.modules.module._global_forward_hooks
+        and not nn.modules.module._global_forward_pre_hooks
+        and not torch.compiler.is_compiling()
+        and not torch.is_autocast_enabled("cpu")
+        and _onednn_ready()
+    )
+    if fast:
+        needs_grad = torch.is_grad_enabled() and (
+            x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+        )
+        if not needs_grad:
+            post_op = _post_op(activation)
+            if post_op is not None:
+                return _onednn_linear(x, weight, bias, *post_op)
+            out = _onednn_linear(x, weight, bias)
+        else:
+            out = _OneDnnLinearFunction.apply(x, weight, bias)
+    elif plain:
+        out = F.linear(x, weight, bias)
+    else:
+        out = torch.cat([m(x) for m in modules], -1) if len(modules) > 1 else modules[0](x)
+    return out if activation is None else activation(out)
 
 
 def _check_inputs(config: HfBertConfig, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids):
@@ -188,15 +302,6 @@ class HfBertSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
 
-    def _project(self, hidden_states, parts):
-        """One GEMM for several of query/key/value: the weights are concatenated on the fly, the parameters keep
-        their checkpoint names. (rows, D) -> (rows, len(parts) * D)."""
-        if len(parts) == 1:
-            return parts[0](hidden_states)
-        weight = torch.cat([p.weight for p in parts])
-        bias = torch.cat([p.bias for p in parts])
-        return F.linear(hidden_states, weight, bias)
-
     def _split_heads(self, x: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
         batch, length, _ = x.shape
         x = x.view(batch, length, parts, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)  # (parts, B, N, L, H)
@@ -207,12 +312,12 @@ class HfBertSelfAttention(nn.Module):
         Returns the context (Q, D) and, when asked, the attention probabilities (B, N, L, L)."""
         at = layout.positions(queries)
         if queries is None:
-            qkv = layout.scatter(self._project(hidden_states, (self.query, self.key, self.value)), at)  # (B, L, 3D)
+            qkv = layout.scatter(_dense(hidden_states, self.query, self.key, self.value), at)  # (B, L, 3D)
             query, key, value = self._split_heads(qkv, 3)  # (B, N, L, H) each
         else:  # keys and values for every row, queries only where an output is read
-            key, value = self._split_heads(layout.scatter(self._project(hidden_states, (self.key, self.value)),
+            key, value = self._split_heads(layout.scatter(_dense(hidden_states, self.key, self.value),
                                                           layout.index), 2)
-            (query,) = self._split_heads(layout.scatter(self.query(hidden_states[queries]), at), 1)
+            (query,) = self._split_heads(layout.scatter(_dense(hidden_states[queries], self.query), at), 1)
         probs = None
         if output_attentions or self.config._attn_implementation == "eager":
             scores = query @ key.transpose(-1, -2) / math.sqrt(self.head_size)  # (B, N, L, L)
@@ -238,7 +343,7 @@ class HfBertSelfOutput(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden_states, residual):
-        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + residual)
+        return self.LayerNorm(self.dropout(_dense(hidden_states, self.dense)) + residual)
 
 
 class HfBertAttention(nn.Module):
@@ -260,7 +365,7 @@ class HfBertIntermediate(nn.Module):
         self.intermediate_act_fn = _activation(config.hidden_act)
 
     def forward(self, hidden_states):
-        return self.intermediate_act_fn(self.dense(hidden_states))
+        return _dense(hidden_states, self.dense, activation=self.intermediate_act_fn)
 
 
 class HfBertOutput(HfBertSelfOutput):
@@ -320,7 +425,7 @@ class HfBertPooler(nn.Module):
     def forward(self, hidden_states):
         """``hidden_states`` (B, T, D), or already the [CLS] states (B, D)."""
         cls_states = hidden_states[:, 0] if hidden_states.dim() == 3 else hidden_states
-        return self.activation(self.dense(cls_states))  # (B, D)
+        return _dense(cls_states, self.dense, activation=self.activation)  # (B, D)
 
 
 class HfBertPredictionHeadTransform(nn.Module):
@@ -331,7 +436,7 @@ class HfBertPredictionHeadTransform(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states):
-        return self.LayerNorm(self.transform_act_fn(self.dense(hidden_states)))
+        return self.LayerNorm(_dense(hidden_states, self.dense, activation=self.transform_act_fn))
 
 
 class HfBertLMPredictionHead(nn.Module):
@@ -344,7 +449,7 @@ class HfBertLMPredictionHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, hidden_states):
-        return self.decoder(self.transform(hidden_states))
+        return _dense(self.transform(hidden_states), self.decoder)
 
 
 class HfBertOnlyMLMHead(nn.Module):

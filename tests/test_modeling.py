@@ -678,3 +678,105 @@ def test_attention_bias_survives_a_cast_to_bfloat16():
         bias = model._attention_bias(mask, dtype)
         assert bias.dtype == dtype and torch.isfinite(bias.bfloat16() if dtype != torch.float16 else bias).all()
         assert bias[0, 0, 0, :2].eq(0).all() and bias[0, 0, 0, 2] < -6e4
+
+
+# --- Linear layers through oneDNN on CPU ---------------------------------------------------------------------------
+
+from hfbert import modeling_hfbert as modeling  # noqa: E402
+
+
+@pytest.fixture
+def onednn_calls(monkeypatch):
+    """Counts the oneDNN GEMMs, so that a test knows the fast path ran (or did not)."""
+    calls = []
+
+    def counting(*args):
+        calls.append(args[3] if len(args) > 3 else "none")
+        return real(*args)
+
+    real = modeling._onednn_linear
+    monkeypatch.setattr(modeling, "_onednn_linear", counting)
+    return calls
+
+
+@pytest.mark.parametrize("activation", [None, torch.nn.GELU(), torch.nn.GELU(approximate="tanh"), torch.nn.ReLU(),
+                                        torch.nn.Tanh()])
+@pytest.mark.parametrize("shape", [(6, 16), (2, 5, 16), (0, 16)])
+def test_onednn_dense_equals_linear(onednn_calls, activation, shape):
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(16, 12), torch.nn.Linear(16, 4)]
+    x = torch.randn(shape)
+    reference = torch.cat([layer(x) for layer in layers], -1)
+    reference = reference if activation is None else activation(reference)
+    with torch.no_grad():
+        torch.testing.assert_close(modeling._dense(x, *layers, activation=activation), reference,
+                                   atol=1e-6, rtol=1e-5)
+    assert onednn_calls == [modeling._post_op(activation)[0]]  # one fused GEMM, activation included
+
+    # with gradients: the same values and the same gradients for the input, both weights and both biases
+    x_mine, x_ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out = modeling._dense(x_mine, *layers, activation=activation)
+    grad = torch.randn(out.shape)
+    mine = torch.autograd.grad(out, [x_mine, *(p for layer in layers for p in layer.parameters())], grad)
+    ref = torch.cat([layer(x_ref) for layer in layers], -1)
+    ref = ref if activation is None else activation(ref)
+    theirs = torch.autograd.grad(ref, [x_ref, *(p for layer in layers for p in layer.parameters())], grad)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+    for a, b in zip(mine, theirs):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert len(onednn_calls) == 3  # forward, then the input gradient
+
+
+def test_wrapped_or_hooked_linear_layers_keep_their_own_forward(onednn_calls):
+    """LoRA-style subclasses, hooks and patched forwards (accelerate) must not be bypassed by the fused GEMM."""
+
+    class LoRALinear(torch.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) + 1.0
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 8)
+    plain, lora = torch.nn.Linear(8, 8), LoRALinear(8, 8)
+    torch.testing.assert_close(modeling._dense(x, plain, lora), torch.cat([plain(x), lora(x)], -1))
+    seen = []
+    hooked = torch.nn.Linear(8, 8)
+    hooked.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    modeling._dense(x, hooked)
+    assert seen == [(3, 8)]
+    patched = torch.nn.Linear(8, 8)
+    patched.forward = lambda x: torch.zeros(x.shape[0], 8)
+    assert torch.equal(modeling._dense(x, patched), torch.zeros(3, 8))
+    assert onednn_calls == []  # none of them went through the fused path (the plain layer shared a call with lora)
+
+
+def test_onednn_can_be_switched_off_and_the_model_agrees(onednn_calls, monkeypatch):
+    config = HfBertConfig(**{**TESTER, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
+    torch.manual_seed(0)
+    model = HfBertForPreTraining(config)
+    inputs, labels = make_inputs(HfBertForPreTraining)
+
+    def run():
+        model.zero_grad()
+        out = model(**inputs, **labels)
+        out.loss.backward()
+        return out, {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    fast, fast_grads = run()
+    assert len(onednn_calls) > 0
+    monkeypatch.setattr(modeling, "ONEDNN_LINEAR", False)
+    onednn_calls.clear()
+    slow, slow_grads = run()
+    assert onednn_calls == []
+    torch.testing.assert_close(fast.prediction_logits, slow.prediction_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fast.loss, slow.loss, atol=1e-6, rtol=1e-5)
+    for name, grad in slow_grads.items():
+        torch.testing.assert_close(fast_grads[name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_onednn_is_not_used_under_autocast_or_for_other_dtypes(onednn_calls):
+    layer = torch.nn.Linear(8, 8)
+    x = torch.randn(3, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert modeling._dense(x, layer).dtype == torch.bfloat16
+    assert modeling._dense(x.double(), layer.double()).dtype == torch.float64
+    assert onednn_calls == []
