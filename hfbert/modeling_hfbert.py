@@ -48,7 +48,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd.function import once_differentiable
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -85,7 +84,7 @@ def _activation(name: str):
 # weight gradient), and can apply the activation in the same pass. It sums in a different order, so results differ
 # from ``F.linear`` by float32 rounding (~1e-6 relative); ``HFBERT_ONEDNN=0`` keeps the default kernels. Anything
 # that is not a plain float32 ``nn.Linear`` on CPU (LoRA and other wrapped or hooked modules, autocast,
-# torch.compile, tensor subclasses) takes the module's own forward.
+# torch.compile, torch.func transforms, tensor subclasses) takes the module's own forward.
 ONEDNN_LINEAR = os.environ.get("HFBERT_ONEDNN", "1") != "0"
 
 
@@ -96,6 +95,12 @@ def _onednn_ready() -> bool:
             torch.ops.mkldnn, "_linear_pointwise"
         )
     return ready
+
+
+def _in_functorch_transform() -> bool:
+    """Inside ``torch.func.grad`` / ``vmap`` / ``jacrev``...: the oneDNN op has no batching or functorch rules."""
+    peek = getattr(torch._C._functorch, "peek_interpreter_stack", None)
+    return peek is not None and peek() is not None
 
 
 def _onednn_linear(x, weight, bias, post_op: str = "none", algorithm: str = ""):
@@ -113,14 +118,17 @@ class _OneDnnLinearFunction(torch.autograd.Function):
         return _onednn_linear(x, weight, bias)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        grad = grad.contiguous()
         flat = grad.reshape(-1, grad.shape[-1])
-        grad_x = _onednn_linear(grad, weight.t(), None) if ctx.needs_input_grad[0] else None
-        grad_weight = flat.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[1] else None
-        grad_bias = flat.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            # With create_graph the backward is itself differentiated: plain ops there, whose gradients autograd knows.
+            grad_x = grad @ weight if torch.is_grad_enabled() else _onednn_linear(grad.contiguous(), weight.t(), None)
+        if ctx.needs_input_grad[1]:
+            grad_weight = flat.t() @ x.reshape(-1, x.shape[-1])
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = flat.sum(0)
         return grad_x, grad_weight, grad_bias
 
 
@@ -169,6 +177,7 @@ def _dense(x: torch.Tensor, *modules: nn.Linear, activation: nn.Module | None = 
         and not torch.compiler.is_compiling()
         and not torch.is_autocast_enabled("cpu")
         and _onednn_ready()
+        and not _in_functorch_transform()
     )
     if fast:
         needs_grad = torch.is_grad_enabled() and (

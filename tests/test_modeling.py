@@ -780,3 +780,27 @@ def test_onednn_is_not_used_under_autocast_or_for_other_dtypes(onednn_calls):
         assert modeling._dense(x, layer).dtype == torch.bfloat16
     assert modeling._dense(x.double(), layer.double()).dtype == torch.float64
     assert onednn_calls == []
+
+
+def test_onednn_linear_supports_double_backward_and_torch_func(onednn_calls):
+    """A gradient penalty differentiates the backward; torch.func transforms need ops they can batch."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(8, 4)
+    x = torch.randn(3, 8)
+
+    def penalty(dense):
+        xr = x.clone().requires_grad_()
+        (grad_x,) = torch.autograd.grad(dense(xr).tanh().sum(), xr, create_graph=True)
+        return torch.autograd.grad(grad_x.pow(2).sum(), [xr, layer.weight, layer.bias])
+
+    mine = penalty(lambda t: modeling._dense(t, layer))
+    assert onednn_calls  # the fast path ran (the differentiated backward itself uses plain ops)
+    for a, b in zip(mine, penalty(layer)):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+    onednn_calls.clear()
+    grads = torch.func.grad(lambda t: modeling._dense(t, layer).sum())(x)
+    torch.testing.assert_close(grads, torch.func.grad(lambda t: layer(t).sum())(x))
+    batched = torch.func.vmap(lambda t: modeling._dense(t, layer, activation=torch.nn.GELU()))(x)
+    torch.testing.assert_close(batched, torch.nn.functional.gelu(layer(x)))
+    assert onednn_calls == []
