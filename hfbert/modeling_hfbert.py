@@ -84,7 +84,8 @@ def _activation(name: str):
 # weight gradient), and can apply the activation in the same pass. It sums in a different order, so results differ
 # from ``F.linear`` by float32 rounding (~1e-6 relative); ``HFBERT_ONEDNN=0`` keeps the default kernels. Anything
 # that is not a plain float32 ``nn.Linear`` on CPU (LoRA and other wrapped or hooked modules, autocast,
-# torch.compile, torch.func transforms, tensor subclasses) takes the module's own forward.
+# torch.compile and torch.export, tracing, torch.func transforms, tensor subclasses) takes the module's own
+# forward.
 ONEDNN_LINEAR = os.environ.get("HFBERT_ONEDNN", "1") != "0"
 
 
@@ -179,6 +180,7 @@ def _dense(x: torch.Tensor, *modules: nn.Linear, activation: nn.Module | None = 
         and not nn.modules.module._global_forward_hooks
         and not nn.modules.module._global_forward_pre_hooks
         and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()  # a traced graph (TorchScript, ONNX export) keeps the portable aten::linear
         and not torch.is_autocast_enabled("cpu")
         and _onednn_ready()
         and not _in_functorch_transform()

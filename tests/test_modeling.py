@@ -804,3 +804,17 @@ def test_onednn_linear_supports_double_backward_and_torch_func(onednn_calls):
     batched = torch.func.vmap(lambda t: modeling._dense(t, layer, activation=torch.nn.GELU()))(x)
     torch.testing.assert_close(batched, torch.nn.functional.gelu(layer(x)))
     assert onednn_calls == []
+
+
+def test_traced_and_exported_graphs_keep_portable_linear_ops():
+    """TorchScript tracing (the classic ONNX export) and torch.export must not record oneDNN's private op."""
+    model = HfBertModel(HfBertConfig(**TESTER)).eval()
+    inputs, _ = make_inputs(HfBertModel, pad_tail=False)
+    with torch.no_grad():
+        traced = torch.jit.trace(model, (inputs["input_ids"],), strict=False)
+        torch.testing.assert_close(traced(inputs["input_ids"])["last_hidden_state"],
+                                   model(inputs["input_ids"]).last_hidden_state, atol=1e-5, rtol=1e-5)
+    assert "mkldnn" not in str(traced.inlined_graph)
+    assert "aten::linear" in str(traced.inlined_graph)
+    exported = torch.export.export(model, (inputs["input_ids"],))
+    assert "mkldnn" not in str(exported.graph)
