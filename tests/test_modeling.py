@@ -806,6 +806,7 @@ def test_onednn_linear_supports_double_backward_and_torch_func(onednn_calls):
     assert onednn_calls == []
 
 
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # the input checks read values; expected in a trace
 def test_traced_and_exported_graphs_keep_portable_linear_ops():
     """TorchScript tracing (the classic ONNX export) and torch.export must not record oneDNN's private op."""
     model = HfBertModel(HfBertConfig(**TESTER)).eval()
