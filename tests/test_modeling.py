@@ -9,6 +9,7 @@ import torch
 import transformers
 
 import hfbert
+from hfbert import modeling_hfbert as modeling
 from hfbert import (
     HfBertConfig,
     HfBertForMaskedLM,
@@ -681,8 +682,6 @@ def test_attention_bias_survives_a_cast_to_bfloat16():
 
 
 # --- Linear layers through oneDNN on CPU ---------------------------------------------------------------------------
-
-from hfbert import modeling_hfbert as modeling  # noqa: E402
 
 
 @pytest.fixture
