@@ -20,21 +20,15 @@ from pathlib import Path
 
 __all__ = ["measure_concurrent", "measure_pipeline"]
 
+_DEFAULTS = {"layout": "paragraphs", "boundary": "chapter", "dupe_factor": 1, "masking": "static",
+             "max_seq_length": 128}
 
-def measure_pipeline(
-    num_proc: int,
-    corpus: str | Path,
-    tokenizer_dir: str | Path,
-    *,
-    layout: str = "paragraphs",
-    boundary: str | None = "chapter",
-    dupe_factor: int = 1,
-    masking: str = "static",
-    max_seq_length: int = 128,
-) -> dict:
-    """Build examples from ``corpus`` in a subprocess and return its timings (see module docstring)."""
-    done = subprocess.run(_command(num_proc, corpus, tokenizer_dir, layout, boundary, dupe_factor, masking,
-                                   max_seq_length), env=_env(), capture_output=True, text=True, check=False)
+
+def measure_pipeline(num_proc: int, corpus: str | Path, tokenizer_dir: str | Path, **settings) -> dict:
+    """Build examples from ``corpus`` in a subprocess and return its timings (see module docstring).  ``settings``
+    override :data:`_DEFAULTS` (layout, boundary, dupe_factor, masking, max_seq_length)."""
+    done = subprocess.run(_command(num_proc, corpus, tokenizer_dir, **{**_DEFAULTS, **settings}), env=_env(),
+                          capture_output=True, text=True, check=False)
     return _result(done.returncode, done.stdout, done.stderr)
 
 
@@ -53,10 +47,6 @@ def measure_concurrent(copies: int, corpus: str | Path, tokenizer_dir: str | Pat
                      for _ in range(copies)]
         outputs = [process.communicate() for process in processes]
     return [_result(process.returncode, out, err) for process, (out, err) in zip(processes, outputs)]
-
-
-_DEFAULTS = {"layout": "paragraphs", "boundary": "chapter", "dupe_factor": 1, "masking": "static",
-             "max_seq_length": 128}
 
 
 def _env() -> dict:
