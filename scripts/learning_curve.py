@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from hfbert.pretrain import LOG_FILE, METRICS_FILE, fill_mask_example, pretrain
-    from hfbert.pretrain_config import load_config, parse_overrides, resolve_phases
-    from hfbert.tracking import read_jsonl
+    from hfbert.pretrain.config import load_config, parse_overrides, resolve_phases
+    from hfbert.pretrain.tracking import read_jsonl
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(REPO / "configs" / "learning_curve.json"))

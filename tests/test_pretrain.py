@@ -22,12 +22,12 @@ import transformers
 from safetensors.torch import load_file
 
 import hfbert
-from hfbert.checkpointing import STATE_FILE, latest_checkpoint, list_checkpoints
+from hfbert.pretrain.checkpointing import STATE_FILE, latest_checkpoint, list_checkpoints
 from hfbert.data import CHAPTER_HEADING, DataCollatorForBertPretraining
 from hfbert.optim import create_optimizer, linear_warmup_decay
 from hfbert.pretrain import main, pretrain
-from hfbert.pretrain_config import ConfigError, PretrainConfig, load_config, parse_args, resolve_phases
-from hfbert.pretrain_data import (
+from hfbert.pretrain.config import ConfigError, PretrainConfig, load_config, parse_args, resolve_phases
+from hfbert.pretrain.data import (
     BUILTIN_CORPUS,
     BatchPlan,
     baselines,
@@ -39,7 +39,7 @@ from hfbert.pretrain_data import (
     split_documents,
     train_tokenizer,
 )
-from hfbert.tracking import read_jsonl
+from hfbert.pretrain.tracking import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37}
@@ -145,7 +145,7 @@ def test_straight_run_follows_the_phases_and_keeps_the_last_checkpoints(straight
 KILL_AFTER_CHECKPOINT = """
     import os, signal, sys, torch
     torch.set_num_threads(1)
-    import hfbert.checkpointing as checkpointing
+    import hfbert.pretrain.checkpointing as checkpointing
     from hfbert.pretrain import main
 
     publish = checkpointing._publish
@@ -162,7 +162,7 @@ KILL_AFTER_CHECKPOINT = """
 KILL_DURING_CHECKPOINT = """
     import os, signal, sys, torch
     torch.set_num_threads(1)
-    import hfbert.checkpointing as checkpointing
+    import hfbert.pretrain.checkpointing as checkpointing
     from hfbert.pretrain import main
 
     flush = checkpointing._fsync_tree
@@ -401,14 +401,14 @@ def test_unwritable_or_occupied_output_folder_fails_clearly(straight_run, corpus
     def read_only(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("hfbert.pretrain.tempfile.mkstemp", read_only)  # a read-only folder (root ignores chmod)
+    monkeypatch.setattr("hfbert.pretrain.loop.tempfile.mkstemp", read_only)  # a read-only folder (root ignores chmod)
     assert main([*args, "--output_dir", str(straight_dir), "--resume"]) == 2
     assert f"output_dir {straight_dir} is not writable: Permission denied" in capsys.readouterr().err
     assert {path.name: _tree_digest(path) for _, path in list_checkpoints(straight_dir)} == before
 
 
 def test_failed_checkpoint_write_keeps_the_previous_checkpoint(corpus, tokenizer_dir, tmp_path, monkeypatch):
-    import hfbert.checkpointing as checkpointing
+    import hfbert.pretrain.checkpointing as checkpointing
 
     flush = checkpointing._fsync_tree
 

@@ -173,7 +173,7 @@ def _require(condition: bool, message: str) -> None:
 
 
 def _check_values(c: PretrainConfig) -> None:
-    from .optim import OPTIMIZERS
+    from ..optim import OPTIMIZERS
 
     _require(c.corpus is None or c.dataset is None, "give either corpus (files) or dataset, not both")
     _require(c.corpus is None or len(c.corpus) > 0, "corpus is an empty list; give at least one file")
@@ -214,7 +214,7 @@ def _check_values(c: PretrainConfig) -> None:
 def _check_model_overrides(c: PretrainConfig) -> None:
     """Build the model config once with a placeholder vocabulary, so a bad preset or override fails now, not
     after the tokenizer and the examples are built."""
-    from .configuration_hfbert import HfBertConfig
+    from ..configuration_hfbert import HfBertConfig
 
     if "vocab_size" in c.model:
         raise ConfigError("set the vocabulary size with vocab_size (or tokenizer), not model.vocab_size")
@@ -228,7 +228,7 @@ def resolve_phases(c: PretrainConfig) -> list[Phase]:
     """The schedule as phases with step counts: ``phases`` entries give ``max_seq_length`` and either ``steps``
     (summing to max_steps) or ``fraction`` (summing to 1; the last phase takes the rounding remainder), and
     optionally their own ``batch_size``."""
-    from .configuration_hfbert import HfBertConfig
+    from ..configuration_hfbert import HfBertConfig
 
     raw = c.phases if c.phases is not None else [{"max_seq_length": c.max_seq_length, "fraction": 1.0}]
     _require(len(raw) > 0, "phases is an empty list")

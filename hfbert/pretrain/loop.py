@@ -2,14 +2,14 @@
 
 With no arguments this is the project's main job: the built-in public-domain Austen corpus, an 8,000-entry
 vocabulary, the ``mini`` preset, a few minutes on a CPU, then a fill-mask example from the trained model. Every
-setting is in :class:`~hfbert.pretrain_config.PretrainConfig`; ``pretrain(config)`` is the same job as a function.
+setting is in :class:`~hfbert.pretrain.config.PretrainConfig`; ``pretrain(config)`` is the same job as a function.
 
 The loop (after transformers' ``run_mlm_no_trainer.py`` and accelerate's ``nlp_example.py``) reads like the job:
 
     settings -> data (documents, held-out split, vocabulary, examples) -> model + optimizer + schedule
     -> [resume] -> train (log, evaluate, checkpoint) -> evaluate -> export (save_pretrained, card, curve) -> push
 
-What makes it exactly resumable: batches come from :class:`~hfbert.pretrain_data.BatchPlan` (rows by arithmetic on
+What makes it exactly resumable: batches come from :class:`~hfbert.pretrain.data.BatchPlan` (rows by arithmetic on
 the step), dynamic masks from a generator seeded by the step, and a checkpoint holds model, optimizer, schedule,
 every process's RNG states and the logging window. A resumed run computes bit for bit what an uninterrupted one
 does (fp32 on a CPU), and logs the same lines.
@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from .checkpointing import latest_checkpoint, list_checkpoints, load_checkpoint, remove_incomplete, save_checkpoint
-from .pretrain_config import (
+from .config import (
     RESUMABLE_CHANGES,
     ConfigError,
     Phase,
@@ -45,7 +45,7 @@ from .pretrain_config import (
     parse_args,
     resolve_phases,
 )
-from .pretrain_data import (
+from .data import (
     BatchPlan,
     PretrainingData,
     check_sources,
@@ -198,8 +198,8 @@ def _prepare_data(config: PretrainConfig, accelerator, phases: list[Phase]):
 
 
 def _build_model(config: PretrainConfig, tokenizer):
-    from .configuration_hfbert import HfBertConfig
-    from .modeling_hfbert import HfBertForPreTraining
+    from ..configuration_hfbert import HfBertConfig
+    from ..modeling_hfbert import HfBertForPreTraining
 
     model_config = HfBertConfig.from_preset(
         config.preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **config.model
@@ -209,7 +209,7 @@ def _build_model(config: PretrainConfig, tokenizer):
 
 
 def _build_optimizer(config: PretrainConfig, model):
-    from .optim import create_optimizer, linear_warmup_decay, warmup_steps_for
+    from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
 
     optimizer = create_optimizer(
         model, config.optimizer, lr=config.learning_rate, weight_decay=config.weight_decay,
@@ -221,7 +221,7 @@ def _build_optimizer(config: PretrainConfig, model):
 
 
 def _collator(config: PretrainConfig, tokenizer):
-    from .data import DataCollatorForBertPretraining
+    from ..data import DataCollatorForBertPretraining
 
     return DataCollatorForBertPretraining(
         tokenizer, config.masked_lm_prob, max_predictions_per_seq=config.max_predictions_per_seq,
@@ -485,7 +485,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
 
 def _export(config, model, tokenizer, data: PretrainingData, metrics: dict, phases) -> list[dict]:
     """Write the Hub-format folder: model, tokenizer, metrics, loss curve, fill-mask example, model card."""
-    from .modelcard import write_pretrained_card
+    from ..modelcard import write_pretrained_card
     from .tracking import read_jsonl
 
     output_dir = Path(config.output_dir)
@@ -537,7 +537,7 @@ def plot_curve(records: list[dict], path: Path, baselines: dict | None = None) -
 
 
 def _push(config: PretrainConfig) -> None:
-    from .hub import push_to_hub
+    from ..hub import push_to_hub
 
     result = push_to_hub(config.output_dir, config.push_to_hub, revision=config.hub_revision,
                          commit_message="hfbert pretrain: model, tokenizer, card and metrics")
@@ -585,6 +585,3 @@ def main(argv: list[str] | None = None) -> int:
         print(_summary(result, config.fill_mask_text))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .pretrain_config import ConfigError, PretrainConfig
+from .config import ConfigError, PretrainConfig
 
 __all__ = [
     "BUILTIN_CORPUS", "BatchPlan", "PretrainingData", "baselines", "check_sources", "collate", "examples_at",
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 #: Jane Austen's six novels (public domain), one paragraph per line, "CHAPTER ..." lines between chapters.
-BUILTIN_CORPUS = Path(__file__).resolve().parent / "corpora" / "en_austen_6novels.txt.gz"
+BUILTIN_CORPUS = Path(__file__).resolve().parents[1] / "corpora" / "en_austen_6novels.txt.gz"
 BUILTIN_CORPUS_NAME = "Jane Austen's six novels (public domain, shipped with hfbert)"
 
 
@@ -57,7 +57,7 @@ def check_sources(config: PretrainConfig) -> None:
 
 
 def _layout(config: PretrainConfig) -> tuple[str, str | None]:
-    from .data import CHAPTER_HEADING
+    from ..data import CHAPTER_HEADING
 
     if config.corpus is None:  # the built-in corpus: paragraphs, chapters are documents
         return config.input_layout or "paragraphs", config.document_boundary or CHAPTER_HEADING
@@ -68,7 +68,7 @@ def _read_files(paths: list[Path], layout: str, boundary: str | None) -> list[li
     """Documents (lists of sentences) from text files; ``.gz`` files are decompressed into a temporary folder
     first.  With ``layout="paragraphs"`` every paragraph is split into sentences here: NSP needs sentence units
     (a chunk of one over-long unit is always given a random next segment, and A/B splits only fall between units)."""
-    from .data import read_documents, split_sentences
+    from ..data import read_documents, split_sentences
 
     with tempfile.TemporaryDirectory(prefix="hfbert-corpus-") as scratch:
         plain = []
@@ -89,7 +89,7 @@ def _dataset_documents(config: PretrainConfig) -> list[list[str]]:
     """Documents from a ``datasets`` dataset: a ``sentences`` column (list of str) or one raw text per row."""
     import datasets
 
-    from .data import split_sentences
+    from ..data import split_sentences
 
     if Path(config.dataset).is_dir():
         loaded = datasets.load_from_disk(config.dataset)
@@ -143,7 +143,7 @@ def split_documents(documents: list, eval_fraction: float, seed: int) -> tuple[l
 
 def train_tokenizer(config: PretrainConfig, documents: list[list[str]]):
     """A WordPiece tokenizer learned from the training documents (one sentence per text)."""
-    from .tokenization import train_wordpiece
+    from ..tokenization import train_wordpiece
 
     sentences = [sentence for document in documents for sentence in document]
     return train_wordpiece(sentences, vocab_size=config.vocab_size, lowercase=config.lowercase)
@@ -176,8 +176,8 @@ class PretrainingData:
 
 
 def _build(documents, tokenizer, config: PretrainConfig, length: int, *, masking: str, dupe_factor, seed: int):
-    from .data import build_pretraining_dataset
-    from .data.pipeline import DEFAULT_POOL_SIZE
+    from ..data import build_pretraining_dataset
+    from ..data.pipeline import DEFAULT_POOL_SIZE
 
     return build_pretraining_dataset(
         documents, tokenizer, max_seq_length=length, short_seq_prob=config.short_seq_prob, dupe_factor=dupe_factor,

@@ -1,0 +1,147 @@
+"""One settings system for every ``hfbert`` command: dataclasses read by transformers' ``HfArgumentParser``.
+
+A command declares its settings as a dataclass whose fields carry their ``--help`` text in
+``field(metadata={"help": ...})`` and whose ``__post_init__`` raises :class:`UsageError` for a bad value. Then
+
+    settings = CommandParser("hfbert prepare", PrepareArguments).parse(argv)
+
+reads ``--key value`` from the command line (``--max_seq_length`` and ``--max-seq-length`` both work, as in
+transformers), over a JSON or YAML file given with ``--config FILE`` (the command line wins), over the field
+defaults. Mappings and lists of mappings (a model override, a phase schedule) are given as JSON or YAML text.
+
+Errors a user can fix -- a bad value, a missing file, a malformed line -- are one line on stderr,
+``hfbert <command>: error: ...``, and exit status 2: :func:`run_command` turns :class:`UsageError` into that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from transformers import HfArgumentParser
+
+__all__ = ["CommandParser", "UsageError", "load_settings_file", "run_command"]
+
+
+class UsageError(ValueError):
+    """Bad input a user can fix (a setting, a file, a data line); the message names it."""
+
+
+def load_settings_file(path: str | Path) -> dict[str, Any]:
+    """A JSON or YAML mapping of settings."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"config file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    try:
+        values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise UsageError(f"cannot parse {path}: {err}") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise UsageError(f"{path} must hold a mapping of settings, got {type(values).__name__}")
+    return values
+
+
+def _structured(hint: Any) -> bool:
+    """``dict[...]``, ``list[dict]`` (optionally ``| None``): values argparse cannot split into words."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    for arg in args:
+        origin = typing.get_origin(arg)
+        if origin is dict or arg is dict:
+            return True
+        if origin is list and typing.get_args(arg) and typing.get_origin(typing.get_args(arg)[0]) is dict:
+            return True
+    return False
+
+
+def _yaml_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ValueError(f"cannot parse {text!r} as JSON/YAML: {err}") from None
+
+
+class CommandParser(HfArgumentParser):
+    """``HfArgumentParser`` with a ``--config FILE`` layer, JSON/YAML values for structured fields, and one-line
+    errors (``<prog>: error: <message>``, exit status 2)."""
+
+    def __init__(self, prog: str, dataclass_types, description: str | None = None):
+        types_ = list(dataclass_types) if isinstance(dataclass_types, Sequence) else [dataclass_types]
+        self._structured: dict[str, Any] = {}
+        super().__init__(types_, prog=prog, description=description)
+        self.add_argument("--config", "-c", metavar="FILE", default=None,
+                          help="a JSON or YAML file of settings; options given on the command line override it")
+
+    def _parse_dataclass_field(self, parser, field):
+        hint = field.type
+        if _structured(hint):
+            default = field.default if field.default is not dataclasses.MISSING else (
+                field.default_factory() if field.default_factory is not dataclasses.MISSING else None)
+            options = [f"--{field.name}"] + ([f"--{field.name.replace('_', '-')}"] if "_" in field.name else [])
+            parser.add_argument(*options, type=_yaml_value, default=default, metavar="JSON",
+                                help=field.metadata.get("help"))
+            return
+        super()._parse_dataclass_field(parser, field)
+
+    def error(self, message: str):  # argparse's hook: one line, not the usage block
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+    def parse(self, argv: Sequence[str] | None = None):
+        """Defaults <- ``--config FILE`` <- the command line, validated by the dataclasses' ``__post_init__``.
+        Returns one instance, or a tuple when the parser has several dataclasses. A bad value exits with status 2
+        and one line naming it."""
+        argv = list(sys.argv[1:] if argv is None else argv)
+        try:
+            return self.parse_values(argv)
+        except UsageError as err:
+            self.error(str(err))
+
+    def parse_values(self, argv: Sequence[str]):
+        """As :meth:`parse`, but raising :class:`UsageError` instead of exiting (for callers and tests)."""
+        known = {f.name for dtype in self.dataclass_types for f in dataclasses.fields(dtype) if f.init}
+        first, _ = argparse_known(self, argv)
+        if first.config is not None:
+            values = load_settings_file(first.config)
+            unknown = sorted(set(values) - known)
+            if unknown:
+                raise UsageError(f"{first.config}: unknown setting(s) {unknown}; run `{self.prog} --help` for the list")
+            self.set_defaults(**values)
+        namespace = self.parse_args(list(argv))
+        instances = []
+        for dtype in self.dataclass_types:
+            names = {f.name for f in dataclasses.fields(dtype) if f.init}
+            try:
+                instances.append(dtype(**{k: v for k, v in vars(namespace).items() if k in names}))
+            except UsageError:
+                raise
+            except (TypeError, ValueError) as err:
+                raise UsageError(str(err)) from None
+        return instances[0] if len(instances) == 1 else tuple(instances)
+
+
+def argparse_known(parser: CommandParser, argv: Sequence[str]):
+    """Only ``--config``, read before the rest so that the file's values become defaults."""
+    probe = argparse.ArgumentParser(add_help=False)
+    probe.add_argument("--config", "-c", default=None)
+    return probe.parse_known_args(list(argv))
+
+
+def run_command(prog: str, body: Callable[[], int | None], errors: tuple[type[BaseException], ...] = ()) -> int:
+    """Run a command's body; :class:`UsageError` (and ``errors``) become ``<prog>: error: <message>``, status 2."""
+    try:
+        return int(body() or 0)
+    except (UsageError, *errors) as err:
+        message = str(err).strip().splitlines() or [type(err).__name__]
+        print(f"{prog}: error: {' '.join(line.strip() for line in message)}", file=sys.stderr)
+        return 2

@@ -1,0 +1,31 @@
+"""``hfbert pretrain``: the pretraining job and its parts.
+
+* :mod:`~hfbert.pretrain.config` -- the settings (:class:`PretrainConfig`) and the sequence-length schedule.
+* :mod:`~hfbert.pretrain.data` -- documents, the held-out split, the vocabulary, examples and batches.
+* :mod:`~hfbert.pretrain.loop` -- the Accelerate training loop, evaluation and the exported Hub-format folder.
+* :mod:`~hfbert.pretrain.checkpointing` -- atomic, resumable checkpoints.
+* :mod:`~hfbert.pretrain.tracking` -- the JSONL log that the curve, the model card and resumption read.
+
+``python -m hfbert.pretrain`` and ``hfbert pretrain`` run :func:`main`; ``pretrain(config)`` is the same job as a
+function.
+"""
+
+from .config import ConfigError, Phase, PretrainConfig, load_config, parse_args, resolve_phases
+from .loop import (
+    CONFIG_FILE,
+    CURVE_FILE,
+    LOG_FILE,
+    METRICS_FILE,
+    PretrainResult,
+    TrainingDivergedError,
+    fill_mask_example,
+    main,
+    plot_curve,
+    preflight,
+    pretrain,
+)
+
+__all__ = [
+    "ConfigError", "Phase", "PretrainConfig", "PretrainResult", "TrainingDivergedError", "fill_mask_example",
+    "load_config", "main", "parse_args", "plot_curve", "preflight", "pretrain", "resolve_phases",
+]
