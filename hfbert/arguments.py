@@ -64,6 +64,22 @@ def _structured(hint: Any) -> bool:
     return False
 
 
+def _nullable_scalar(hint: Any) -> bool:
+    """``int | None``, ``float | None``, ``str | None``: a value that may be given as ``null``."""
+    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
+        return False
+    args = typing.get_args(hint)
+    return type(None) in args and all(arg in (int, float, str, type(None)) for arg in args)
+
+
+def _or_null(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        return None if text.lower() in ("null", "none") else convert(text)
+
+    parse.__name__ = getattr(convert, "__name__", "value")  # argparse names the type in its error message
+    return parse
+
+
 def _yaml_value(text: str) -> Any:
     try:
         return yaml.safe_load(text)
@@ -91,7 +107,11 @@ class CommandParser(HfArgumentParser):
             parser.add_argument(*options, type=_yaml_value, default=default, metavar="JSON",
                                 help=field.metadata.get("help"))
             return
+        nullable = _nullable_scalar(hint)
         super()._parse_dataclass_field(parser, field)
+        if nullable:  # `--max_time_minutes null` means None, as `null` does in a JSON/YAML file
+            action = parser._option_string_actions[f"--{field.name}"]
+            action.type = _or_null(action.type)
 
     def error(self, message: str):  # argparse's hook: one line, not the usage block
         print(f"{self.prog}: error: {message}", file=sys.stderr)

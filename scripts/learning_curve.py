@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from hfbert.pretrain import LOG_FILE, METRICS_FILE, fill_mask_example, pretrain
-    from hfbert.pretrain.config import load_config, parse_overrides, resolve_phases
+    from hfbert.pretrain.config import parse_args, resolve_phases
     from hfbert.pretrain.tracking import read_jsonl
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replot", action="store_true",
                         help="do not train: rebuild the docs from the finished run in the config's output_dir")
     args, rest = parser.parse_known_args(argv)
-    config = load_config(args.config, {"overwrite_output_dir": True, **parse_overrides(rest)})
+    config = parse_args(["--config", args.config, "--overwrite_output_dir", "true", *rest])
     docs = Path(args.docs)
     output_dir = Path(config.output_dir)
     if args.replot:

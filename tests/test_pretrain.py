@@ -4,6 +4,7 @@ loadable Hub-format output, and failures that happen before any work or leave th
 Everything runs a tiny model (hidden 32, 2 layers) on the first nine chapters of the shipped Austen corpus.
 """
 
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -355,26 +356,39 @@ def test_output_loads_as_remote_code_without_hfbert(straight_run):
 # 6. Bad input and faults
 
 
+def exit_status(argv: list[str]) -> int:
+    """``hfbert pretrain ARGV``'s exit status: argparse exits itself for a malformed command line."""
+    try:
+        return main(argv)
+    except SystemExit as exited:
+        return exited.code
+
+
 def test_bad_settings_fail_before_any_work(corpus, tmp_path, capsys):
     output_dir = tmp_path / "never"
+    config_file = tmp_path / "bad.yaml"
     cases = [
         (["--corpus", str(tmp_path / "missing.txt")], "corpus file not found"),
-        (["--learning_rte", "1e-3"], "unknown setting --learning_rte"),
         (["--optimizer", "sgd"], "unknown optimizer 'sgd'"),
         (["--batch_size", "0"], "batch_size must be >= 1"),
-        (["--batch_size", "many"], "batch_size must be int"),
         (["--model", "{hidden_size: 30}"], "not a multiple of the number of attention heads"),
         (["--phases", "[{max_seq_length: 128, fraction: 0.5}]"], "must sum to 1"),
         (["--tokenizer", str(tmp_path / "nope")], "tokenizer folder not found"),
+        (["--learning_rte", "1e-3"], "unrecognized arguments: --learning_rte"),
+        (["--batch_size", "many"], "argument --batch_size/--batch-size: invalid int value: 'many'"),
+        (["--config", str(config_file)], "unknown setting(s) ['warmup_ratoi']"),
     ]
-    for argv, message in cases:
-        assert main([*argv, "--output_dir", str(output_dir)]) == 2
-        assert message in capsys.readouterr().err
-    config_file = tmp_path / "bad.yaml"
     config_file.write_text("max_steps: 10\nwarmup_ratoi: 0.1\n")
-    assert main(["--config", str(config_file), "--output_dir", str(output_dir)]) == 2
-    assert "unknown setting(s) ['warmup_ratoi']" in capsys.readouterr().err
+    for argv, message in cases:
+        assert exit_status([*argv, "--output_dir", str(output_dir)]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("hfbert pretrain: error: ") and message in err and err.count("\n") == 1, err
     assert not output_dir.exists()  # nothing was created
+    # Values from a file or from Python are checked as strictly as the command line's.
+    with pytest.raises(ConfigError, match="batch_size must be an int, got 'many'"):
+        load_config(write_config(tmp_path / "typed.json", {"batch_size": "many"}))
+    with pytest.raises(ConfigError, match=r"max_time_minutes must be a number \(or null\), got True"):
+        PretrainConfig(max_time_minutes=True)
 
 
 def _tree_digest(folder: Path) -> str:
@@ -461,12 +475,26 @@ def test_config_file_overrides_and_help(tmp_path, capsys):
     config_file = tmp_path / "run.yaml"
     config_file.write_text("batch_size: 16\nlearning_rate: 1.0e-4\noptimizer: lamb\nmodel: {hidden_size: 128}\n")
     config = parse_args(["--config", str(config_file), "--batch-size", "4", "--corpus", "a.txt", "b.txt",
-                         "--max_time_minutes", "null", "--resume"])
+                         "--max_time_minutes", "null", "--resume", "--max-seq-length", "64",
+                         "--phases", '[{"max_seq_length": 64, "fraction": 1.0}]'])
     assert (config.batch_size, config.learning_rate, config.optimizer) == (4, 1e-4, "lamb")
     assert config.corpus == ["a.txt", "b.txt"] and config.max_time_minutes is None and config.resume is True
-    assert main(["--help"]) == 0
+    assert config.model == {"hidden_size": 128} and config.max_seq_length == 64
+    assert config.phases == [{"max_seq_length": 64, "fraction": 1.0}]
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
     text = capsys.readouterr().out
-    assert all(f"--{name} " in text for name in PretrainConfig.__dataclass_fields__)
+    for f in dataclasses.fields(PretrainConfig):  # every option, with its field's own help line
+        assert f"--{f.name} " in text and f.metadata["help"].split()[0] in text, f.name
+
+
+def test_document_boundary_chapter_is_the_chapter_heading_rule(corpus):
+    """As in ``hfbert prepare``: 'chapter' is the chapter-heading rule, not a regex matching the word."""
+    named = PretrainConfig(corpus=[str(corpus)], input_layout="paragraphs", document_boundary="chapter")
+    spelled = PretrainConfig(corpus=[str(corpus)], input_layout="paragraphs", document_boundary=CHAPTER_HEADING)
+    documents, _ = load_documents(named)
+    assert len(documents) > 5 and documents == load_documents(spelled)[0]
 
 
 def test_example_configs_are_valid():

@@ -24,9 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import datasets
 import numpy as np
 import torch
+from transformers import AutoTokenizer
 
+from ..data import CHAPTER_HEADING, build_pretraining_dataset, read_documents, split_sentences
+from ..data.pipeline import DEFAULT_POOL_SIZE
+from ..tokenization import train_wordpiece
 from .config import ConfigError, PretrainConfig
 
 __all__ = [
@@ -57,19 +62,18 @@ def check_sources(config: PretrainConfig) -> None:
 
 
 def _layout(config: PretrainConfig) -> tuple[str, str | None]:
-    from ..data import CHAPTER_HEADING
-
+    """The input layout and the document-boundary regex (``chapter`` is the chapter-heading rule, as in
+    ``hfbert prepare``)."""
+    boundary = CHAPTER_HEADING if config.document_boundary == "chapter" else config.document_boundary
     if config.corpus is None:  # the built-in corpus: paragraphs, chapters are documents
-        return config.input_layout or "paragraphs", config.document_boundary or CHAPTER_HEADING
-    return config.input_layout or "sentences", config.document_boundary
+        return config.input_layout or "paragraphs", boundary or CHAPTER_HEADING
+    return config.input_layout or "sentences", boundary
 
 
 def _read_files(paths: list[Path], layout: str, boundary: str | None) -> list[list[str]]:
     """Documents (lists of sentences) from text files; ``.gz`` files are decompressed into a temporary folder
     first.  With ``layout="paragraphs"`` every paragraph is split into sentences here: NSP needs sentence units
     (a chunk of one over-long unit is always given a random next segment, and A/B splits only fall between units)."""
-    from ..data import read_documents, split_sentences
-
     with tempfile.TemporaryDirectory(prefix="hfbert-corpus-") as scratch:
         plain = []
         for number, path in enumerate(paths):
@@ -87,10 +91,6 @@ def _read_files(paths: list[Path], layout: str, boundary: str | None) -> list[li
 
 def _dataset_documents(config: PretrainConfig) -> list[list[str]]:
     """Documents from a ``datasets`` dataset: a ``sentences`` column (list of str) or one raw text per row."""
-    import datasets
-
-    from ..data import split_sentences
-
     if Path(config.dataset).is_dir():
         loaded = datasets.load_from_disk(config.dataset)
     else:
@@ -143,15 +143,11 @@ def split_documents(documents: list, eval_fraction: float, seed: int) -> tuple[l
 
 def train_tokenizer(config: PretrainConfig, documents: list[list[str]]):
     """A WordPiece tokenizer learned from the training documents (one sentence per text)."""
-    from ..tokenization import train_wordpiece
-
     sentences = [sentence for document in documents for sentence in document]
     return train_wordpiece(sentences, vocab_size=config.vocab_size, lowercase=config.lowercase)
 
 
 def load_tokenizer(path: str | Path):
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     if not getattr(tokenizer, "is_fast", False):
         raise ConfigError(f"the tokenizer in {path} is not a fast tokenizer (tokenizer.json); hfbert needs one")
@@ -176,9 +172,6 @@ class PretrainingData:
 
 
 def _build(documents, tokenizer, config: PretrainConfig, length: int, *, masking: str, dupe_factor, seed: int):
-    from ..data import build_pretraining_dataset
-    from ..data.pipeline import DEFAULT_POOL_SIZE
-
     return build_pretraining_dataset(
         documents, tokenizer, max_seq_length=length, short_seq_prob=config.short_seq_prob, dupe_factor=dupe_factor,
         masking=masking, masked_lm_prob=config.masked_lm_prob, max_predictions_per_seq=config.max_predictions_per_seq,

@@ -22,6 +22,7 @@ resumable state in ``checkpoint-*`` folders and logs in ``runs/`` (neither is up
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -34,17 +35,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import Accelerator
+from tqdm.auto import tqdm
+from transformers import pipeline, set_seed
 
+from ..arguments import UsageError
+from ..configuration_hfbert import HfBertConfig
+from ..data import DataCollatorForBertPretraining
+from ..hub import push_to_hub
+from ..modelcard import write_pretrained_card
+from ..modeling_hfbert import HfBertForPreTraining
+from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
 from .checkpointing import latest_checkpoint, list_checkpoints, load_checkpoint, remove_incomplete, save_checkpoint
-from .config import (
-    RESUMABLE_CHANGES,
-    ConfigError,
-    Phase,
-    PretrainConfig,
-    help_text,
-    parse_args,
-    resolve_phases,
-)
+from .config import RESUMABLE_CHANGES, ConfigError, Phase, PretrainConfig, command_parser, resolve_phases
 from .data import (
     BatchPlan,
     PretrainingData,
@@ -58,6 +61,7 @@ from .data import (
     split_documents,
     train_tokenizer,
 )
+from .tracking import JsonlTracker, read_jsonl
 
 __all__ = ["PretrainResult", "TrainingDivergedError", "main", "pretrain", "preflight"]
 
@@ -150,12 +154,6 @@ def preflight(config: PretrainConfig) -> None:
 
 
 def _make_accelerator(config: PretrainConfig):
-    import importlib.util
-
-    from accelerate import Accelerator
-
-    from .tracking import JsonlTracker
-
     output_dir = Path(config.output_dir)
     trackers: list[Any] = [JsonlTracker(output_dir / LOG_FILE)]  # always: the curve, card and resume read it
     if "tensorboard" in config.report_to and importlib.util.find_spec("tensorboard") is not None:
@@ -198,9 +196,6 @@ def _prepare_data(config: PretrainConfig, accelerator, phases: list[Phase]):
 
 
 def _build_model(config: PretrainConfig, tokenizer):
-    from ..configuration_hfbert import HfBertConfig
-    from ..modeling_hfbert import HfBertForPreTraining
-
     model_config = HfBertConfig.from_preset(
         config.preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **config.model
     )
@@ -209,8 +204,6 @@ def _build_model(config: PretrainConfig, tokenizer):
 
 
 def _build_optimizer(config: PretrainConfig, model):
-    from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
-
     optimizer = create_optimizer(
         model, config.optimizer, lr=config.learning_rate, weight_decay=config.weight_decay,
         betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon,
@@ -221,8 +214,6 @@ def _build_optimizer(config: PretrainConfig, model):
 
 
 def _collator(config: PretrainConfig, tokenizer):
-    from ..data import DataCollatorForBertPretraining
-
     return DataCollatorForBertPretraining(
         tokenizer, config.masked_lm_prob, max_predictions_per_seq=config.max_predictions_per_seq,
         whole_word_mask=config.whole_word_mask,
@@ -254,8 +245,6 @@ class _Loop:
 
     def run(self) -> str:
         """Returns why training stopped: ``"max_steps"`` or ``"max_time"``."""
-        from tqdm.auto import tqdm
-
         config, state = self.config, self.state
         bar = tqdm(total=config.max_steps, initial=state.step, desc="pretraining", dynamic_ncols=True,
                    disable=not (config.progress_bar and self.accelerator.is_local_main_process))
@@ -422,8 +411,6 @@ def _batch_stats(outputs, batch: dict[str, torch.Tensor], weight: float = 1.0) -
 
 def _resume(config: PretrainConfig, accelerator) -> LoopState:
     """Load the latest checkpoint and cut the log back to its step (lines a killed run wrote after it)."""
-    from .tracking import JsonlTracker
-
     path = latest_checkpoint(config.output_dir)
     saved = load_checkpoint(accelerator, path)
     state = LoopState(**{k: v for k, v in saved.items() if k in LoopState.__dataclass_fields__})
@@ -445,8 +432,6 @@ def _tracker_config(config: PretrainConfig, data: PretrainingData) -> dict[str, 
 def pretrain(config: PretrainConfig) -> PretrainResult:
     """The whole job; see the module docstring. Raises :class:`ConfigError` before any work for bad settings,
     :class:`TrainingDivergedError` when the loss stops being finite."""
-    from transformers import set_seed
-
     preflight(config)
     phases = resolve_phases(config)
     accelerator = _make_accelerator(config)
@@ -485,9 +470,6 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
 
 def _export(config, model, tokenizer, data: PretrainingData, metrics: dict, phases) -> list[dict]:
     """Write the Hub-format folder: model, tokenizer, metrics, loss curve, fill-mask example, model card."""
-    from ..modelcard import write_pretrained_card
-    from .tracking import read_jsonl
-
     output_dir = Path(config.output_dir)
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
@@ -502,8 +484,6 @@ def _export(config, model, tokenizer, data: PretrainingData, metrics: dict, phas
 
 def fill_mask_example(model_dir: str | Path, text: str, top_k: int = 5) -> list[dict]:
     """``pipeline("fill-mask")`` on the exported folder: the top tokens for the [MASK] in ``text``."""
-    from transformers import pipeline
-
     fill = pipeline("fill-mask", model=str(model_dir), tokenizer=str(model_dir), device="cpu")
     return [{"token": r["token_str"], "score": round(float(r["score"]), 4)} for r in fill(text, top_k=top_k)]
 
@@ -537,8 +517,6 @@ def plot_curve(records: list[dict], path: Path, baselines: dict | None = None) -
 
 
 def _push(config: PretrainConfig) -> None:
-    from ..hub import push_to_hub
-
     result = push_to_hub(config.output_dir, config.push_to_hub, revision=config.hub_revision,
                          commit_message="hfbert pretrain: model, tokenizer, card and metrics")
     print(f"pushed to {result.repo_id}@{result.revision}: {result.commit_url}")
@@ -565,23 +543,20 @@ def _summary(result: PretrainResult, text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``hfbert pretrain [--config FILE] [--key value ...]``; exit status 2 for bad settings, 1 for a divergence."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "-h" in argv or "--help" in argv:
-        print(help_text())
-        return 0
+    """``hfbert pretrain [--config FILE] [--key value ...]``; exit status 2 for bad settings (one line naming the
+    setting, before any work), 1 for a divergence."""
+    parser = command_parser()
     try:
-        config = parse_args(argv)
+        config = parser.parse_values(sys.argv[1:] if argv is None else argv)
         preflight(config)
-    except ConfigError as err:
-        print(f"hfbert pretrain: error: {err}", file=sys.stderr)
+    except UsageError as err:
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 2
     try:
         result = pretrain(config)
     except TrainingDivergedError as err:
-        print(f"hfbert pretrain: {err}", file=sys.stderr)
+        print(f"{parser.prog}: {err}", file=sys.stderr)
         return 1
     if result.fill_mask:  # the main process
         print(_summary(result, config.fill_mask_text))
     return 0
-
