@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 from transformers import pipeline, set_seed
@@ -44,7 +46,7 @@ from ..configuration_hfbert import HfBertConfig
 from ..data import DataCollatorForBertPretraining
 from ..hub import push_to_hub
 from ..modelcard import write_pretrained_card
-from ..modeling_hfbert import HfBertForPreTraining
+from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
 from .checkpointing import latest_checkpoint, list_checkpoints, load_checkpoint, remove_incomplete, save_checkpoint
 from .config import RESUMABLE_CHANGES, ConfigError, Phase, PretrainConfig, command_parser, resolve_phases
@@ -66,12 +68,14 @@ from .tracking import JsonlTracker, read_jsonl
 __all__ = ["PretrainResult", "TrainingDivergedError", "main", "pretrain", "preflight"]
 
 CONFIG_FILE = "pretrain_config.json"
+_TAKES_NUM_ITEMS = "num_items_in_batch" in inspect.signature(HfBertForPreTraining.forward).parameters
 LOG_FILE = Path("runs") / "metrics.jsonl"
 METRICS_FILE = "metrics.json"
 CURVE_FILE = "loss_curve.png"
-# Statistics summed over processes each optimizer step (one all-reduce of this small vector).
-_STATS = ("loss", "mlm_loss", "nsp_loss", "mlm_correct", "mlm_total", "nsp_correct", "nsp_total", "tokens",
-          "micro_batches", "time_up")
+# Statistics summed over processes each optimizer step (one all-reduce of this small vector). Losses are sums
+# (over supervised tokens, over NSP pairs) so that any window of steps is normalised the way a step is.
+_STATS = ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "mlm_total", "nsp_correct", "nsp_total", "tokens",
+          "time_up")
 
 
 class TrainingDivergedError(RuntimeError):
@@ -269,36 +273,46 @@ class _Loop:
                 stop = "max_time"
                 break
         bar.close()
-        if state.window["micro_batches"] > 0:  # the steps since the last log line
+        if state.window["nsp_total"] > 0:  # the steps since the last log line
             self.log_window()
         if self.last_saved != state.step:
             self.checkpoint()
         return stop
 
     def train_step(self, time_up: bool) -> dict[str, float]:
-        """One optimizer step over ``gradient_accumulation_steps`` micro-batches on every process."""
+        """One optimizer step over ``gradient_accumulation_steps`` micro-batches on every process.
+
+        The step's MLM loss is the mean over every supervised token of its global batch (all micro-batches on all
+        processes), not a mean of per-micro-batch means, so a micro-batch with more masked tokens weighs more and
+        the step does not depend on how its batch is split. The micro-batches are collated first, their supervised
+        counts are summed over processes in one all-reduce, and each forward divides its token sum by
+        ``count / processes`` (DDP then averages the gradients over processes). NSP is the mean over all pairs:
+        every micro-batch has the same number of pairs, so each one's mean weighs ``1 / accumulation``.
+        """
         accelerator, config, step = self.accelerator, self.config, self.state.step
         phase = self.phase_at(step)
-        plan, dataset = self.plans[phase.index], self.data.train[phase.max_seq_length]
-        accumulation, rank = config.gradient_accumulation_steps, accelerator.process_index
+        accumulation = config.gradient_accumulation_steps
         started = time.monotonic()
+        first = (step - phase.first_step) * accumulation
+        batches = [self.micro_batch(phase, first + k) for k in range(accumulation)]
+        local = [sum(float((b["labels"] != IGNORE_INDEX).sum()) for b in batches), float(time_up)]
+        supervised, time_up = accelerator.reduce(torch.tensor(local, device=accelerator.device), "sum").tolist()
+        num_items = max(supervised, 1.0) / accelerator.num_processes
         totals = torch.zeros(len(_STATS), dtype=torch.float64)
-        for micro_step in range(accumulation):
-            micro = (step - phase.first_step) * accumulation + micro_step
-            batch = collate(self.collator, examples_at(dataset, plan.rows(micro, rank)), plan.mask_seed(micro, rank))
-            batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
+        for k, batch in enumerate(batches):
             # Gradients are all-reduced only on the last micro-batch of the step.
-            sync = contextlib.nullcontext() if micro_step == accumulation - 1 else accelerator.no_sync(self.model)
+            sync = contextlib.nullcontext() if k == accumulation - 1 else accelerator.no_sync(self.model)
             with sync:
-                outputs = self.model(**batch)
-                accelerator.backward(outputs.loss / accumulation)
-            totals += _batch_stats(outputs, batch)
-        totals[_STATS.index("time_up")] = float(time_up)
+                outputs = _forward(self.model, batch, num_items)
+                accelerator.backward(outputs.mlm_loss + outputs.nsp_loss / accumulation)
+            totals += _batch_stats(outputs, batch, num_items)
+        totals[_STATS.index("time_up")] = time_up
         totals = accelerator.reduce(totals.to(accelerator.device), reduction="sum").cpu()
         stats = dict(zip(_STATS, totals.tolist()))
-        if not math.isfinite(stats["loss"]):
+        loss = stats["mlm_loss_sum"] / max(stats["mlm_total"], 1.0) + stats["nsp_loss_sum"] / stats["nsp_total"]
+        if not math.isfinite(loss):
             self.optimizer.zero_grad(set_to_none=True)
-            raise TrainingDivergedError(self._diverged_message(stats["loss"], step + 1))
+            raise TrainingDivergedError(self._diverged_message(loss, step + 1))
         if config.max_grad_norm > 0:
             accelerator.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
         self.optimizer.step()
@@ -307,6 +321,13 @@ class _Loop:
         self.optimizer.zero_grad(set_to_none=True)
         stats["seconds"] = time.monotonic() - started
         return stats
+
+    def micro_batch(self, phase: Phase, micro: int) -> dict[str, torch.Tensor]:
+        """This process's share of micro-batch ``micro`` of ``phase``, collated, on the device."""
+        rank, plan = self.accelerator.process_index, self.plans[phase.index]
+        examples = examples_at(self.data.train[phase.max_seq_length], plan.rows(micro, rank))
+        batch = collate(self.collator, examples, plan.mask_seed(micro, rank))
+        return {name: tensor.to(self.accelerator.device) for name, tensor in batch.items()}
 
     def _diverged_message(self, loss: float, step: int) -> str:
         latest = latest_checkpoint(self.output_dir)
@@ -317,11 +338,12 @@ class _Loop:
     def log_window(self) -> float:
         """Log the averages over the steps since the last log line; returns the mean loss."""
         state = self.state
-        w, micro = state.window, max(state.window["micro_batches"], 1.0)
+        w = state.window
+        mlm_loss, nsp_loss = w["mlm_loss_sum"] / max(w["mlm_total"], 1.0), w["nsp_loss_sum"] / max(w["nsp_total"], 1.0)
         values = {
-            "loss": w["loss"] / micro,
-            "mlm_loss": w["mlm_loss"] / micro,
-            "nsp_loss": w["nsp_loss"] / micro,
+            "loss": mlm_loss + nsp_loss,
+            "mlm_loss": mlm_loss,
+            "nsp_loss": nsp_loss,
             "mlm_accuracy": w["mlm_correct"] / max(w["mlm_total"], 1.0),
             "nsp_accuracy": w["nsp_correct"] / max(w["nsp_total"], 1.0),
             "learning_rate": self.scheduler.get_last_lr()[0],
@@ -355,18 +377,17 @@ class _Loop:
             batch = {k: v.to(accelerator.device) for k, v in collate(self.collator, examples, 0).items()}
             with accelerator.autocast():
                 outputs = model(**batch)
-            # Losses are means over a batch: weight them by its size so the held-out numbers are per example.
-            totals += _batch_stats(outputs, batch, weight=len(examples))
+            totals += _batch_stats(outputs, batch)
         model.train()
         totals = accelerator.reduce(totals.to(accelerator.device), reduction="sum").cpu()
         s = dict(zip(_STATS, totals.tolist()))
-        examples = max(s["nsp_total"], 1.0)
-        return {
-            "eval_loss": s["loss"] / examples,
-            "eval_mlm_loss": s["mlm_loss"] / examples,
-            "eval_nsp_loss": s["nsp_loss"] / examples,
-            "eval_mlm_accuracy": s["mlm_correct"] / max(s["mlm_total"], 1.0),
-            "eval_nsp_accuracy": s["nsp_correct"] / examples,
+        tokens, pairs = max(s["mlm_total"], 1.0), max(s["nsp_total"], 1.0)
+        return {  # per supervised token and per pair over the whole held-out set, as in training
+            "eval_loss": s["mlm_loss_sum"] / tokens + s["nsp_loss_sum"] / pairs,
+            "eval_mlm_loss": s["mlm_loss_sum"] / tokens,
+            "eval_nsp_loss": s["nsp_loss_sum"] / pairs,
+            "eval_mlm_accuracy": s["mlm_correct"] / tokens,
+            "eval_nsp_accuracy": s["nsp_correct"] / pairs,
         }
 
     def checkpoint(self) -> None:
@@ -388,19 +409,30 @@ class _Clock:
         return self.earlier + self.this_run()
 
 
-def _batch_stats(outputs, batch: dict[str, torch.Tensor], weight: float = 1.0) -> torch.Tensor:
-    """Loss sums, MLM/NSP correct and total counts and real tokens of one micro-batch, as a _STATS vector."""
+def _forward(model, batch: dict[str, torch.Tensor], num_items: float):
+    """The model on one training micro-batch, its MLM loss the token SUM divided by ``num_items``."""
+    if _TAKES_NUM_ITEMS:
+        return model(**batch, num_items_in_batch=num_items)
+    outputs = model(**batch)
+    targets = batch["labels"][batch["labels"] != IGNORE_INDEX]  # the rows of prediction_logits, row-major
+    outputs.mlm_loss = F.cross_entropy(outputs.prediction_logits.float(), targets, reduction="sum") / num_items
+    return outputs
+
+
+def _batch_stats(outputs, batch: dict[str, torch.Tensor], num_items: float | None = None) -> torch.Tensor:
+    """Loss sums, MLM/NSP correct and total counts and real tokens of one micro-batch, as a _STATS vector.
+    ``num_items``: what the MLM loss was divided by (None: it is the mean over this batch's supervised tokens)."""
     labels = batch["labels"]
-    targets = labels[labels != -100]  # the rows of prediction_logits, in the same row-major order
+    targets = labels[labels != IGNORE_INDEX]  # the rows of prediction_logits, in the same row-major order
+    pairs = batch["next_sentence_label"].numel()
     mlm_correct = (outputs.prediction_logits.argmax(-1) == targets).sum()
     nsp_correct = (outputs.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum()
     values = {
-        "loss": outputs.loss.detach().double() * weight,
-        "mlm_loss": outputs.mlm_loss.detach().double() * weight,
-        "nsp_loss": outputs.nsp_loss.detach().double() * weight,
+        "mlm_loss_sum": outputs.mlm_loss.detach().double() * (targets.numel() if num_items is None else num_items),
+        "nsp_loss_sum": outputs.nsp_loss.detach().double() * pairs,
         "mlm_correct": mlm_correct, "mlm_total": targets.numel(),
-        "nsp_correct": nsp_correct, "nsp_total": batch["next_sentence_label"].numel(),
-        "tokens": batch["attention_mask"].sum(), "micro_batches": 1.0, "time_up": 0.0,
+        "nsp_correct": nsp_correct, "nsp_total": pairs,
+        "tokens": batch["attention_mask"].sum(), "time_up": 0.0,
     }
     return torch.tensor([float(values[key]) for key in _STATS], dtype=torch.float64)
 
