@@ -8,6 +8,8 @@ A command declares its settings as a dataclass whose fields carry their ``--help
 reads ``--key value`` from the command line (``--max_seq_length`` and ``--max-seq-length`` both work, as in
 transformers), over a JSON or YAML file given with ``--config FILE`` (the command line wins), over the field
 defaults. Mappings and lists of mappings (a model override, a phase schedule) are given as JSON or YAML text.
+A field's metadata may also carry ``"aliases"`` (other option names, e.g. ``["--output"]``; each gets its dashed
+spelling too) and ``"positional": True`` (an argument without ``--``, e.g. ``hfbert convert SRC DST``).
 
 Errors a user can fix -- a bad value, a missing file, a malformed line -- are one line on stderr,
 ``hfbert <command>: error: ...``, and exit status 2: :func:`run_command` turns :class:`UsageError` into that.
@@ -87,6 +89,17 @@ def _yaml_value(text: str) -> Any:
         raise ValueError(f"cannot parse {text!r} as JSON/YAML: {err}") from None
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a default only where the help text does not already speak of it, and never ``None``."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("default" in text or action.default in (None, argparse.SUPPRESS) or not action.option_strings
+                or isinstance(action, argparse._StoreFalseAction)):
+            return text
+        return super()._get_help_string(action)
+
+
 class CommandParser(HfArgumentParser):
     """``HfArgumentParser`` with a ``--config FILE`` layer, JSON/YAML values for structured fields, and one-line
     errors (``<prog>: error: <message>``, exit status 2)."""
@@ -94,16 +107,28 @@ class CommandParser(HfArgumentParser):
     def __init__(self, prog: str, dataclass_types, description: str | None = None):
         types_ = list(dataclass_types) if isinstance(dataclass_types, Sequence) else [dataclass_types]
         self._structured: dict[str, Any] = {}
-        super().__init__(types_, prog=prog, description=description)
+        super().__init__(types_, prog=prog, description=description, formatter_class=_HelpFormatter)
+        for action in self._actions:  # HfArgumentParser gives --no_x the help of --x
+            if isinstance(action, argparse._StoreFalseAction) and action.option_strings[0].startswith("--no_"):
+                action.help = f"the same as --{action.dest} false"
         self.add_argument("--config", "-c", metavar="FILE", default=None,
                           help="a JSON or YAML file of settings; options given on the command line override it")
 
     def _parse_dataclass_field(self, parser, field):
         hint = field.type
+        if field.metadata.get("positional"):
+            _add_positional(parser, field)
+            return
+        aliases = field.metadata.get("aliases")
+        if aliases:
+            aliases = [aliases] if isinstance(aliases, str) else list(aliases)
+            spelled = [*aliases, *(a.replace("_", "-") for a in aliases if a.startswith("--"))]
+            field.metadata = types.MappingProxyType({**field.metadata, "aliases": list(dict.fromkeys(spelled))})
         if _structured(hint):
             default = field.default if field.default is not dataclasses.MISSING else (
                 field.default_factory() if field.default_factory is not dataclasses.MISSING else None)
             options = [f"--{field.name}"] + ([f"--{field.name.replace('_', '-')}"] if "_" in field.name else [])
+            options += list(field.metadata.get("aliases") or [])
             parser.add_argument(*options, type=_yaml_value, default=default, metavar="JSON",
                                 help=field.metadata.get("help"))
             return
@@ -132,11 +157,21 @@ class CommandParser(HfArgumentParser):
         known = {f.name for dtype in self.dataclass_types for f in dataclasses.fields(dtype) if f.init}
         first, _ = argparse_known(self, argv)
         if first.config is not None:
-            values = load_settings_file(first.config)
+            # A file may spell a setting as any of its options does: max_seq_length, max-seq-length, an alias.
+            names = {option.lstrip("-").replace("-", "_"): action.dest for action in self._actions
+                     for option in action.option_strings
+                     if action.dest in known and not isinstance(action, argparse._StoreFalseAction)}
+            values = {names.get(str(key).replace("-", "_"), key): value
+                      for key, value in load_settings_file(first.config).items()}
             unknown = sorted(set(values) - known)
             if unknown:
                 raise UsageError(f"{first.config}: unknown setting(s) {unknown}; run `{self.prog} --help` for the list")
             self.set_defaults(**values)
+            for action in self._actions:  # what the file gives, the command line need not repeat
+                if action.dest in values and action.required:
+                    action.required = False
+                    if not action.option_strings:
+                        action.nargs = "?"
         namespace = self.parse_args(list(argv))
         instances = []
         for dtype in self.dataclass_types:
@@ -148,6 +183,18 @@ class CommandParser(HfArgumentParser):
             except (TypeError, ValueError) as err:
                 raise UsageError(str(err)) from None
         return instances[0] if len(instances) == 1 else tuple(instances)
+
+
+def _add_positional(parser, field) -> None:
+    """An argument without ``--`` (``metadata={"positional": True}``); optional when the field has a default."""
+    hint = field.type
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    kwargs: dict[str, Any] = {"type": hint, "help": field.metadata.get("help"),
+                              "metavar": field.metadata.get("metavar", field.name.upper())}
+    if field.default is not dataclasses.MISSING:
+        kwargs.update(nargs="?", default=field.default)
+    parser.add_argument(field.name, **kwargs)
 
 
 def argparse_known(parser: CommandParser, argv: Sequence[str]):

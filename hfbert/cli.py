@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib
 import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from .arguments import run_command
 
 # subcommand -> (module:function, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -32,16 +35,25 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return 0
     if argv[0] == "--version":
-        from hfbert import __version__
-
-        print(__version__)
+        print(_version())
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"hfbert: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        print(f"hfbert: error: unknown command {name!r}; choose from {', '.join(COMMANDS)} (hfbert --help)",
+              file=sys.stderr)
         return 2
     module_name, function = COMMANDS[name][0].split(":")
-    return int(getattr(importlib.import_module(module_name), function)(rest) or 0)
+    command = getattr(importlib.import_module(module_name), function)
+    # A command reports its own bad input; this catches what one lets through as a usage error, in the same form.
+    return run_command(f"hfbert {name}", lambda: command(rest))
+
+
+def _version() -> str:
+    """The installed distribution's version, read without importing the package (which loads torch)."""
+    try:
+        return version("hfbert")
+    except PackageNotFoundError:  # a source tree on sys.path, not installed
+        return "unknown (not installed)"
 
 
 if __name__ == "__main__":

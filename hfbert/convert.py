@@ -13,15 +13,22 @@ tokenizer that disagrees with the config (vocabulary larger than ``vocab_size``,
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-from collections.abc import Mapping
-from dataclasses import dataclass
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import transformers
+
+from . import modeling_hfbert
+from .arguments import CommandParser, UsageError, run_command
 from .configuration_hfbert import _ORIGINAL_VALUES, HfBertConfig
+
+__all__ = ["HEADS", "ConvertArguments", "TokenizerInfo", "check_tokenizer", "convert", "detect_flavour", "head_of",
+           "main", "read_config", "read_tokenizer"]
 
 # The heads both sides provide, by class-name suffix ("" is the bare encoder: BertModel / HfBertModel).
 HEADS = (
@@ -40,8 +47,15 @@ _SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PA
                    "mask_token": "[MASK]"}
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
-# Written by the conversion itself (config, weights) or specific to one side (hfbert's remote code).
-_NOT_COPIED = {"config.json", "configuration_hfbert.py", "modeling_hfbert.py", *_WEIGHT_FILES}
+# Written by the conversion itself (config, weights); hfbert's remote code (``*_hfbert.py``: the configuration, the
+# model and whatever sibling files they import) is written by hfbert's save_pretrained and has no place in BERT's.
+_NOT_COPIED = {"config.json", *_WEIGHT_FILES}
+
+
+def _copied(path: Path) -> bool:
+    """Whether a top-level file of the source folder is copied as it is."""
+    remote_code = path.suffix == ".py" and path.stem.endswith("_hfbert")
+    return path.is_file() and path.name not in _NOT_COPIED and not remote_code and not path.name.startswith("model-")
 _CONSTANT_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
 # Metadata that legitimately changes in a round trip.
 _VOLATILE_KEYS = {"transformers_version", "architectures", "model_type", "auto_map", "_name_or_path", "dtype"}
@@ -80,11 +94,7 @@ def head_of(config: Mapping[str, Any], head: str | None = None, source: str = "c
 def model_class(flavour: str, head: str) -> type:
     """The class implementing ``head`` on one side: ``transformers.BertForX`` or ``hfbert.HfBertForX``."""
     if flavour == "bert":
-        import transformers
-
         return getattr(transformers, f"Bert{head}")
-    from . import modeling_hfbert
-
     return getattr(modeling_hfbert, f"HfBert{head}")
 
 
@@ -266,7 +276,7 @@ def convert(src: str | Path, dst: str | Path, *, to: str | None = None, head: st
     dst.mkdir(parents=True, exist_ok=True)
     target_model.save_pretrained(dst)
     for path in sorted(src.iterdir()):
-        if path.is_file() and path.name not in _NOT_COPIED and not path.name.startswith("model-"):
+        if _copied(path):
             shutil.copy2(path, dst / path.name)
     _retarget_tokenizer_config(dst, target)
     after = read_tokenizer(dst)
@@ -294,8 +304,6 @@ def _retarget_tokenizer_config(folder: Path, target: str) -> None:
     data = json.loads(path.read_text(encoding="utf-8"))
     cls = data.get("tokenizer_class")
     if target == "bert":
-        import transformers
-
         changed = data.pop("auto_map", None) is not None
         if cls is not None and not hasattr(transformers, cls):
             data["tokenizer_class"] = "TokenizersBackend" if (folder / "tokenizer.json").is_file() else "BertTokenizer"
@@ -308,25 +316,43 @@ def _retarget_tokenizer_config(folder: Path, target: str) -> None:
         _write_json(path, data)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="hfbert convert",
-        description="Convert a model folder between hfbert and stock transformers BERT (the direction is read from "
-        "the source's config.json unless --to is given).",
-    )
-    parser.add_argument("src", help="source model folder (config.json + weights, optionally a tokenizer)")
-    parser.add_argument("dst", help="destination folder (must be new or empty unless --overwrite)")
-    parser.add_argument("--to", choices=("transformers", "hfbert"), default=None, help="target format")
-    parser.add_argument("--head", choices=HEADS, default=None, help="head to convert (default: config architectures)")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty destination")
-    args = parser.parse_args(argv)
-    try:
+@dataclass
+class ConvertArguments:
+    """The settings of ``hfbert convert``."""
+
+    src: str = field(metadata={"positional": True,
+                               "help": "source model folder (config.json + weights, optionally a tokenizer)"})
+    dst: str = field(metadata={"positional": True,
+                               "help": "destination folder (must be new or empty unless --overwrite)"})
+    to: Literal["transformers", "hfbert"] | None = field(default=None, metadata={
+        "help": "target format (default: the other side of the source's model_type)"})
+    head: str | None = field(default=None, metadata={
+        "help": f"head to convert, one of {', '.join(HEADS)} (default: the config's architectures)"})
+    overwrite: bool = field(default=False, metadata={"help": "replace a non-empty destination"})
+
+    def __post_init__(self):
+        if self.head is not None and self.head.removeprefix("HfBert").removeprefix("Bert") not in HEADS:
+            raise UsageError(f"--head must be one of {', '.join(HEADS)}, got {self.head!r}")
+        if not Path(self.src).is_dir():
+            raise UsageError(f"source folder {self.src} does not exist")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``hfbert convert SRC DST``: convert and print where the folder went."""
+    prog = "hfbert convert"
+    args = CommandParser(prog, ConvertArguments,
+                         description="Convert a model folder between hfbert and stock transformers BERT (the "
+                                     "direction is read from the source's config.json unless --to is given).")
+    args = args.parse(argv)
+
+    def run() -> int:
         out = convert(args.src, args.dst, to=args.to, head=args.head, overwrite=args.overwrite)
-    except (ValueError, FileNotFoundError, FileExistsError) as err:
-        parser.exit(2, f"hfbert convert: error: {err}\n")
-    print(f"wrote {out}")
-    return 0
+        print(f"wrote {out}")
+        return 0
+
+    # ValueError/OSError: a folder that is not a model, a setting the other side lacks, an occupied destination.
+    return run_command(prog, run, errors=(ValueError, OSError))
 
 
-__all__ = ["HEADS", "TokenizerInfo", "check_tokenizer", "convert", "detect_flavour", "head_of", "main",
-           "read_config", "read_tokenizer"]
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,19 +1,37 @@
-"""The model card of a pretrained hfbert folder, rendered from ``model_cards/pretrained.md`` with huggingface_hub.
+"""Model cards, rendered from the templates shipped in ``hfbert/model_cards/`` with huggingface_hub's ``ModelCard``.
 
-The YAML header is a ``ModelCardData`` (library_name, tags, language, license, datasets, metrics, pipeline_tag), so
-the Hub indexes it; the body is the Jinja template filled with the run's facts: architecture, data statistics,
-hyper-parameters, held-out results next to their trivial baselines, the loss curve and a fill-mask example.
-Cards are generated, never hand-edited.
+Cards are generated, never hand-edited. The YAML header is a ``ModelCardData`` (library_name, license, tags,
+language, base model, datasets, metrics, pipeline_tag), so the Hub indexes it; the body is a Jinja template filled
+with the run's facts. Two templates:
+
+* ``pretrained.md`` -- a finished ``hfbert pretrain`` run (:func:`write_pretrained_card`): architecture, data
+  statistics, hyper-parameters, held-out results next to their trivial baselines, the loss curve, a fill-mask example;
+* ``finetuned.md`` -- a fine-tuning recipe's output folder (:func:`write_model_card`): task, base model, data,
+  metrics table, the notes on what the data preparation changed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["template_path", "render_pretrained_card", "write_pretrained_card"]
+from huggingface_hub import ModelCard, ModelCardData
 
-# Hyper-parameters shown in the card, in this order.
+__all__ = [
+    "TEMPLATE_DIR",
+    "metrics_table",
+    "render_model_card",
+    "render_pretrained_card",
+    "template_path",
+    "write_model_card",
+    "write_pretrained_card",
+]
+
+#: The card templates, package data (they travel in the wheel).
+TEMPLATE_DIR = Path(__file__).resolve().parent / "model_cards"
+
+# Hyper-parameters shown in the pretrained card, in this order.
 _CARD_SETTINGS = (
     "optimizer", "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm",
     "warmup_ratio", "warmup_steps", "batch_size", "gradient_accumulation_steps", "max_steps", "max_time_minutes",
@@ -22,21 +40,74 @@ _CARD_SETTINGS = (
 )
 
 
-def template_path(name: str) -> Path:
-    """A card template: packaged as ``hfbert/model_cards/<name>`` or, in a source checkout, ``model_cards/<name>``."""
-    package = Path(__file__).resolve().parent
-    for folder in (package / "model_cards", package.parent / "model_cards"):
-        if (folder / name).is_file():
-            return folder / name
-    raise FileNotFoundError(f"model card template {name!r} not found in {package / 'model_cards'} or "
-                            f"{package.parent / 'model_cards'}")
+def template_path(template: str | Path) -> Path:
+    """A card template: the name of a packaged one (``"finetuned.md"``, ``"pretrained.md"``) or a path to your own."""
+    if isinstance(template, str) and Path(template).name == template and (TEMPLATE_DIR / template).is_file():
+        return TEMPLATE_DIR / template
+    if Path(template).is_file():
+        return Path(template)
+    known = sorted(p.name for p in TEMPLATE_DIR.glob("*.md"))
+    raise FileNotFoundError(f"model card template not found: {template} (packaged templates: {', '.join(known)})")
+
+
+def metrics_table(metrics: Mapping[str, Any], digits: int = 4) -> str:
+    """A two-column Markdown table of the numeric metrics, in the order given."""
+    rows = ["| metric | value |", "|---|---|"]
+    for name, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        rows.append(f"| {name} | {value:.{digits}f} |" if isinstance(value, float) else f"| {name} | {value} |")
+    return "\n".join(rows)
+
+
+def render_model_card(
+    template: str | Path = "finetuned.md",
+    *,
+    license: str = "apache-2.0",
+    language: str | Sequence[str] | None = None,
+    tags: Sequence[str] = ("hfbert", "bert"),
+    base_model: str | None = None,
+    datasets: Sequence[str] | None = None,
+    metrics: Mapping[str, Any] | None = None,
+    pipeline_tag: str | None = None,
+    **template_vars: Any,
+) -> ModelCard:
+    """A ``ModelCard`` from a template; ``metrics`` fill both the header and ``metrics_table``.
+
+    ``base_model`` is only put in the header when it is a Hub id (``owner/name``): a local path would make
+    the Hub reject the card's metadata.
+    """
+    path = template_path(template)
+    metrics = dict(metrics or {})
+    hub_base = base_model if base_model and not Path(base_model).exists() and base_model.count("/") == 1 else None
+    data = ModelCardData(
+        license=license,
+        language=language,
+        library_name="transformers",
+        tags=list(tags),
+        base_model=hub_base,
+        datasets=list(datasets) if datasets else None,
+        metrics=sorted(metrics) or None,
+        pipeline_tag=pipeline_tag,
+    )
+    return ModelCard.from_template(
+        data, template_path=str(path), base_model=base_model, metrics=metrics,
+        metrics_table=metrics_table(metrics), **template_vars,
+    )
+
+
+def write_model_card(output_dir: str | Path, template: str | Path = "finetuned.md", **kwargs: Any) -> Path:
+    """Render and save the card as ``output_dir/README.md``; returns its path."""
+    card = render_model_card(template, **kwargs)
+    path = Path(output_dir) / "README.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    card.save(path)
+    return path
 
 
 def render_pretrained_card(*, config, model_config, stats: dict, metrics: dict, phases, curve: Path | None,
-                           fill_mask: list[dict], fill_mask_text: str, model_name: str | None = None):
-    """A ``huggingface_hub.ModelCard`` for a finished ``hfbert pretrain`` run."""
-    from huggingface_hub import ModelCard, ModelCardData
-
+                           fill_mask: list[dict], fill_mask_text: str, model_name: str | None = None) -> ModelCard:
+    """The ``ModelCard`` of a finished ``hfbert pretrain`` run (``config``: its settings)."""
     data = ModelCardData(
         library_name="transformers",
         license="apache-2.0",
@@ -80,7 +151,7 @@ def _count_parameters(model_config) -> int:
 
 
 def write_pretrained_card(output_dir: str | Path, **kwargs: Any) -> Path:
-    """Render the card and save it as ``output_dir/README.md``."""
+    """Render the pretrained card and save it as ``output_dir/README.md``."""
     path = Path(output_dir) / "README.md"
     render_pretrained_card(**kwargs).save(path)
     return path

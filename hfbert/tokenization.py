@@ -39,25 +39,30 @@ sub-words but may differ in the order (ids) of learned sub-words and in the last
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
 import re
+import sys
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import datasets
+import numpy as np
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers, trainers
 from tokenizers.models import WordPiece
 from transformers import BertTokenizer
 
+from .arguments import CommandParser, UsageError, run_command
+
 __all__ = [
     "SPECIAL_TOKENS",
     "HfBertTokenizer",
+    "TrainTokenizerArguments",
     "bert_tokenizer_from_vocab",
     "load_vocab",
     "main",
@@ -256,6 +261,7 @@ def bert_tokenizer_from_vocab(
 class _CorpusStats:
     """What the training iterator saw: used to refuse an empty corpus and to report decode replacements."""
 
+    sources: tuple[str, ...] = ()  # the files read, to name them when the corpus turns out empty
     texts: int = 0
     non_blank: int = 0
     chars: int = 0
@@ -279,8 +285,9 @@ def _iter_files(files: list[Path], on_decode_error: str, stats: _CorpusStats, ba
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
             if on_decode_error == "raise":
+                line = raw.count(b"\n", 0, err.start) + 1
                 raise ValueError(
-                    f"{f} is not valid UTF-8 (byte {err.start}: {err.reason}); fix the file or pass "
+                    f"{f}:{line}: not valid UTF-8 (byte {err.start}: {err.reason}); fix the file or pass "
                     "on_decode_error='replace' to replace undecodable bytes with U+FFFD, which BERT then drops"
                 ) from err
             text = raw.decode("utf-8", errors="replace")
@@ -291,8 +298,6 @@ def _iter_files(files: list[Path], on_decode_error: str, stats: _CorpusStats, ba
 
 
 def _iter_dataset(corpus: Any, text_column: str, batch: int) -> Iterator[list[str]]:
-    import datasets
-
     columns = corpus.column_names
     if columns is not None and text_column not in columns:
         raise ValueError(f"text column {text_column!r} not in the dataset's columns {columns}")
@@ -319,8 +324,6 @@ def _corpus_batches(
     corpus: Any, text_column: str, on_decode_error: str, stats: _CorpusStats, batch: int = 1000
 ) -> Iterator[list[str]]:
     """Turn any supported corpus into batches of strings, validating and counting on the way."""
-    import datasets
-
     if isinstance(corpus, (str, bytes, os.PathLike)):
         raise TypeError(
             "corpus must be a datasets.Dataset/IterableDataset, a list of file paths or an iterable of strings; "
@@ -329,7 +332,9 @@ def _corpus_batches(
     if isinstance(corpus, (datasets.Dataset, datasets.IterableDataset)):
         source = _iter_dataset(corpus, text_column, batch)
     elif _is_file_list(corpus):
-        source = _iter_files(_check_files(corpus), on_decode_error, stats, batch)
+        files = _check_files(corpus)
+        stats.sources = tuple(map(str, files))
+        source = _iter_files(files, on_decode_error, stats, batch)
     elif isinstance(corpus, Iterable):
         source = _iter_strings(corpus, batch)
     else:
@@ -501,7 +506,8 @@ def train_wordpiece(
     stats = _CorpusStats()
     backend.train_from_iterator(_corpus_batches(corpus, text_column, on_decode_error, stats), trainer=trainer)
     if stats.non_blank == 0:
-        raise ValueError(f"the corpus is empty: {stats.texts} texts, none with non-whitespace characters")
+        where = f" ({', '.join(stats.sources)})" if stats.sources else ""
+        raise ValueError(f"the corpus{where} is empty: {stats.texts} texts, none with non-whitespace characters")
     if stats.replaced_bytes:
         warnings.warn(
             f"replaced {stats.replaced_bytes} undecodable byte sequence(s) with U+FFFD while reading the corpus",
@@ -534,12 +540,13 @@ class WordCacheEncoder:
     `tokenizers` pipeline serialised in ``tokenizer_json`` (with truncation and padding off).
 
     Why: that pipeline spends most of its time in normalisation and pre-tokenisation, which track character
-    alignments the ids do not need (0.4M tokens per CPU second on English prose).  For a text of printable
+    alignments the ids do not need.  For a text of printable
     ASCII (the bulk of English corpora) every BERT normalizer/pre-tokenizer configuration this module builds,
     and `tokenizers`' stock ``BertNormalizer``/``BertPreTokenizer``, reduce to "lower-case if uncased, split on
     spaces, isolate every other non-alphanumeric character": one regex.  A word's WordPiece pieces do not
     depend on its context, so each distinct word is segmented once (greedy longest-match-first, as
-    `tokenizers`' ``WordPiece`` model does it) and cached; the rest is a table look-up, about 5x faster.
+    `tokenizers`' ``WordPiece`` model does it) and cached; the rest is a table look-up
+    (``scripts/bench_tokenization.py`` measures both paths).
     Anything else -- a non-ASCII or control character, an added token such as ``[MASK]`` written in the text,
     a pipeline of another shape -- goes through `tokenizers` itself, so the ids are always the pipeline's
     (``tests/test_tokenization.py`` checks this on real text and on random ASCII).
@@ -588,8 +595,6 @@ class WordCacheEncoder:
 
     def encode(self, texts: Sequence[str]) -> tuple[Any, Any]:
         """``(ids, lengths)``: the ids of all texts back to back (int32) and the count per text (int64)."""
-        import numpy as np
-
         words_of: list[list[str]] = []
         slow: list[int] = []
         for i, text in enumerate(texts):
@@ -625,8 +630,6 @@ class WordCacheEncoder:
 
     def _rows(self, words_of: list[list[str]], total: int) -> Any:
         """Row of every word in the cache table, segmenting the words seen for the first time."""
-        import numpy as np
-
         new = set(chain.from_iterable(words_of)).difference(self._index)
         if len(self._index) + len(new) > self.max_cached_words:
             self._clear()
@@ -659,8 +662,6 @@ class WordCacheEncoder:
         return ids
 
     def _arrays(self) -> tuple[Any, Any, Any]:
-        import numpy as np
-
         if self._table is None:
             lengths = np.asarray(self._lengths, dtype=np.int64)
             self._table = (np.cumsum(lengths) - lengths, lengths, np.asarray(self._pieces, dtype=np.int32))
@@ -669,8 +670,6 @@ class WordCacheEncoder:
 
 def _concat_ranges(starts: Any, lengths: Any) -> Any:
     """Concatenation of ``arange(s, s + l)`` for every (s, l), without a Python loop."""
-    import numpy as np
-
     ends = np.cumsum(lengths)
     return np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(starts - (ends - lengths), lengths)
 
@@ -718,8 +717,6 @@ def _tokenize_batch(
 ) -> dict:
     texts = batch[text_column]
     if encoder is not None and all(isinstance(text, str) for text in texts):
-        import numpy as np
-
         ids, lengths = encoder.encode(texts)
         rows = np.split(ids, np.cumsum(lengths)[:-1])
         # A map-style dataset turns a list of arrays into its list<int32> column in one concatenation; a
@@ -749,8 +746,6 @@ def tokenize_dataset(
     Special tokens are off by default: pretraining builds [CLS] A [SEP] B [SEP] itself from per-line ids.
     The text column (and every other column unless ``keep_columns``) is removed to keep the cache small.
     """
-    import datasets
-
     if not isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
         raise TypeError(f"dataset must be a datasets.Dataset or IterableDataset, got {type(dataset).__name__}")
     if dataset.column_names is not None and text_column not in dataset.column_names:
@@ -783,48 +778,70 @@ def tokenize_dataset(
 # CLI: hfbert train-tokenizer
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hfbert train-tokenizer",
-        description="Learn a WordPiece vocabulary from text files and save a BERT tokenizer in Hub format.",
-    )
-    parser.add_argument("--input", nargs="+", required=True, help="UTF-8 text files, one text per line")
-    parser.add_argument("--vocab-size", type=int, required=True, help="total size, specials included")
-    parser.add_argument("--output", required=True, help="directory to write (created if missing)")
-    parser.add_argument("--cased", action="store_true", help="keep case (and, unless told otherwise, accents)")
-    accents = parser.add_mutually_exclusive_group()
-    accents.add_argument("--strip-accents", dest="strip_accents", action="store_true", default=None)
-    accents.add_argument("--no-strip-accents", dest="strip_accents", action="store_false")
-    parser.add_argument("--no-chinese-chars", action="store_true", help="do not split CJK ideographs")
-    parser.add_argument("--min-frequency", type=int, default=2)
-    parser.add_argument("--num-unused", type=int, default=0, help="[unused*] slots after the specials")
-    parser.add_argument("--limit-alphabet", type=int, default=None, help="default: keep every character")
-    parser.add_argument("--max-input-chars-per-word", type=int, default=GOOGLE_MAX_INPUT_CHARS_PER_WORD)
-    parser.add_argument("--replace-undecodable", action="store_true", help="replace bad UTF-8 instead of failing")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    return parser
+@dataclass
+class TrainTokenizerArguments:
+    """The settings of ``hfbert train-tokenizer`` (the keyword arguments of :func:`train_wordpiece`)."""
+
+    input: list[str] = field(metadata={"help": "UTF-8 text files, one text per line"})
+    vocab_size: int = field(metadata={"help": "total vocabulary size, special tokens and [unused*] slots included"})
+    output_dir: str = field(metadata={"help": "folder to write the tokenizer to (created if missing)",
+                                      "aliases": ["--output"]})
+    lowercase: bool = field(default=True, metadata={
+        "help": "lower-case the text (--no_lowercase keeps case and, unless --strip_accents true, accents)"})
+    strip_accents: bool | None = field(default=None, metadata={
+        "help": "remove accents (default: exactly when lower-casing, as the original BERT)"})
+    handle_chinese_chars: bool = field(default=True, metadata={"help": "split CJK ideographs into single tokens"})
+    min_frequency: int = field(default=2, metadata={"help": "a pair must occur this often to become a sub-word"})
+    num_unused: int = field(default=0, metadata={"help": "[unused*] slots reserved after the special tokens"})
+    limit_alphabet: int | None = field(default=None, metadata={
+        "help": "keep only this many most frequent characters (default: every character)"})
+    max_input_chars_per_word: int = field(default=GOOGLE_MAX_INPUT_CHARS_PER_WORD, metadata={
+        "help": "longer words become one [UNK]"})
+    on_decode_error: Literal["raise", "replace"] = field(default="raise", metadata={
+        "help": "'raise' stops at a file that is not UTF-8; 'replace' replaces undecodable bytes with U+FFFD"})
+    progress_bar: bool = field(default=True, metadata={"help": "draw a progress bar while training"})
+
+    def __post_init__(self):
+        try:
+            _check_train_args(self.vocab_size, self.min_frequency, self.num_unused, self.limit_alphabet,
+                              self.max_input_chars_per_word)
+        except (TypeError, ValueError) as err:
+            raise UsageError(f"--{err}") from None  # the messages start with the setting's name
+        for path in self.input:
+            if not Path(path).is_file():
+                raise UsageError(f"--input: corpus file not found: {path}")
+        if Path(self.output_dir).exists() and not Path(self.output_dir).is_dir():
+            raise UsageError(f"--output_dir: {self.output_dir} exists and is not a folder")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """``hfbert train-tokenizer``: train, save, and print where the files went."""
-    args = _parser().parse_args(argv)
-    tokenizer = train_wordpiece(
-        [Path(p) for p in args.input],
-        vocab_size=args.vocab_size,
-        lowercase=not args.cased,
-        strip_accents=args.strip_accents,
-        handle_chinese_chars=not args.no_chinese_chars,
-        min_frequency=args.min_frequency,
-        num_unused=args.num_unused,
-        limit_alphabet=args.limit_alphabet,
-        max_input_chars_per_word=args.max_input_chars_per_word,
-        on_decode_error="replace" if args.replace_undecodable else "raise",
-        show_progress=not args.no_progress,
-    )
-    tokenizer.save_pretrained(args.output)
-    print(f"saved a {len(tokenizer)}-entry WordPiece tokenizer to {args.output}")
-    return 0
+    prog = "hfbert train-tokenizer"
+    args = CommandParser(prog, TrainTokenizerArguments,
+                         description="Learn a WordPiece vocabulary from text files and save a BERT tokenizer "
+                                     "in Hub format.").parse(argv)
+
+    def run() -> int:
+        tokenizer = train_wordpiece(
+            [Path(p) for p in args.input],
+            vocab_size=args.vocab_size,
+            lowercase=args.lowercase,
+            strip_accents=args.strip_accents,
+            handle_chinese_chars=args.handle_chinese_chars,
+            min_frequency=args.min_frequency,
+            num_unused=args.num_unused,
+            limit_alphabet=args.limit_alphabet,
+            max_input_chars_per_word=args.max_input_chars_per_word,
+            on_decode_error=args.on_decode_error,
+            show_progress=args.progress_bar,
+        )
+        tokenizer.save_pretrained(args.output_dir)
+        print(f"saved a {len(tokenizer)}-entry WordPiece tokenizer to {args.output_dir}")
+        return 0
+
+    # ValueError: what the corpus cannot give (a non-UTF-8 line, too few entries), each naming the file or setting.
+    return run_command(prog, run, errors=(ValueError, OSError))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

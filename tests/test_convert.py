@@ -185,4 +185,17 @@ def test_convert_refuses_bad_input(tmp_path, capsys):
 
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path / "missing"), str(tmp_path / "o9")])
-    assert exc.value.code == 2 and "source folder" in capsys.readouterr().err
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == f"hfbert convert: error: source folder {tmp_path / 'missing'} does not exist\n"
+    with pytest.raises(SystemExit) as exc:
+        main([str(good), str(tmp_path / "o9"), "--head", "ForTranslation"])
+    assert exc.value.code == 2 and "--head must be one of Model, ForPreTraining" in capsys.readouterr().err
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text('{"model_type": "bert",\n "vocab_size": }')
+    assert main([str(tmp_path / "broken"), str(tmp_path / "o9")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hfbert convert: error: {tmp_path / 'broken' / 'config.json'} is not valid JSON")
+    assert "line 2" in err and err.count("\n") == 1
+    assert main([str(good), str(tmp_path / "full")]) == 2  # occupied destination: one line, nothing replaced
+    assert "not empty" in capsys.readouterr().err and (tmp_path / "full" / "keep.txt").read_text() == "mine"
+    assert not (tmp_path / "o9").exists()

@@ -417,12 +417,36 @@ def test_cli_trains_and_saves(tmp_path, austen_lines, capsys):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(austen_lines[:300]), encoding="utf-8")
     out = tmp_path / "tok"
-    args = ["--input", str(corpus), "--vocab-size", "300", "--output", str(out), "--cased", "--num-unused", "2"]
-    assert main([*args, "--max-input-chars-per-word", "50", "--no-progress"]) == 0
+    args = ["--input", str(corpus), "--vocab-size", "300", "--output_dir", str(out), "--no_lowercase",
+            "--num_unused", "2"]
+    assert main([*args, "--max-input-chars-per-word", "50", "--progress_bar", "false"]) == 0
     assert "300-entry" in capsys.readouterr().out
     reloaded = AutoTokenizer.from_pretrained(out)
     assert len(reloaded) == 300 and reloaded.convert_ids_to_tokens(5) == "[unused0]"
     assert reloaded.tokenize("Emma") != reloaded.tokenize("emma")
     assert reloaded.tokenize("x" * 51) == ["[UNK]"]
-    with pytest.raises(FileNotFoundError):
-        main(["--input", str(tmp_path / "missing.txt"), "--vocab-size", "300", "--output", str(out)])
+
+
+def test_cli_bad_input_is_one_line_naming_the_file_or_option(tmp_path, austen_lines, capsys):
+    out = tmp_path / "tok"
+    with pytest.raises(SystemExit) as exc:
+        main(["--input", str(tmp_path / "missing.txt"), "--vocab_size", "300", "--output", str(out)])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == f"hfbert train-tokenizer: error: --input: corpus file not found: " \
+                                      f"{tmp_path / 'missing.txt'}\n"
+    good = tmp_path / "good.txt"
+    good.write_text("\n".join(austen_lines[:50]), encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        main(["--input", str(good), "--vocab_size", "3", "--output", str(out)])
+    assert exc.value.code == 2 and "--vocab_size (3) must exceed" in capsys.readouterr().err
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(b"plain ascii\nstill ascii\ncaf\xe9\n")
+    assert main(["--input", str(good), str(bad), "--vocab_size", "300", "--output", str(out),
+                 "--no_progress_bar"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hfbert train-tokenizer: error: {bad}:3: not valid UTF-8") and err.count("\n") == 1
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n", encoding="utf-8")
+    assert main(["--input", str(empty), "--vocab_size", "300", "--output", str(out), "--no_progress_bar"]) == 2
+    assert f"the corpus ({empty}) is empty" in capsys.readouterr().err
+    assert not out.exists()  # nothing written on refusal

@@ -1,11 +1,11 @@
 """Fine-tuning: data preparation, decoding and metrics for classification, NER, extractive QA and
-multiple choice; sentence pooling; the extractive question-answering pipeline; model cards.
+multiple choice; sentence pooling; the extractive question-answering pipeline; the recipes' shared run steps.
 
 Everything here is a pure function of its inputs (seeded where random) so recipes stay thin and tests can
 exercise the logic without a model.
 """
 
-from .cards import CardKeepingTrainer, metrics_table, render_model_card, write_model_card
+from ..modelcard import metrics_table, render_model_card, write_model_card
 from .classification import (
     PROBLEM_TYPES,
     build_label_maps,
@@ -39,6 +39,7 @@ from .qa import (
     prepare_qa_features,
     synthetic_squad_from_entities,
 )
+from .runs import CardKeepingTrainer
 from .squad_metrics import best_null_threshold, exact_match, f1, normalize_answer, squad_evaluate
 
 __all__ = [

@@ -3,7 +3,7 @@
 Three problem types, as in transformers' ``BertForSequenceClassification``: ``single_label_classification``
 (cross-entropy over the [CLS] pooled output), ``regression`` (``num_labels == 1``, MSE) and
 ``multi_label_classification`` (one sigmoid per label, BCE). The downstream head is new and needs its own
-label map (seed 002): ``id2label``/``label2id`` are built here, stored in the config, and every label the
+label map: ``id2label``/``label2id`` are built here, stored in the config, and every label the
 data uses is checked against them up front.
 """
 

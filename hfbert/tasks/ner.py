@@ -1,6 +1,6 @@
 """Token classification (NER): label alignment to sub-tokens, long-input windows, entity-level scores.
 
-Alignment (seed 002, section 35.5): a word split into several WordPiece sub-tokens is supervised either on
+Alignment: a word split into several WordPiece sub-tokens is supervised either on
 its first sub-token only (Google's choice; the rest get -100), or on every sub-token, in which case a
 ``B-X`` label is turned into ``I-X`` on the continuation pieces -- copying ``B-X`` would claim that every
 piece starts a new entity. [CLS]/[SEP]/padding always get -100.

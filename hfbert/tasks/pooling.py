@@ -1,6 +1,6 @@
 """Sentence vectors from token vectors: the [CLS] vector or a mean over valid, non-special tokens.
 
-Seed 002 (section 35.5): mean pooling and [CLS] pooling are different read-out functions and should be
+Mean pooling and [CLS] pooling are different read-out functions and should be
 compared on the task, not assumed equivalent; a mean over "plain text" must exclude the control tokens
 ([CLS], [SEP]) and padding and divide by the number of tokens actually averaged. Neither gives a good
 similarity space without training for it (all-MiniLM-L6-v2 was trained contrastively with mean pooling).

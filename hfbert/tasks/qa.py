@@ -1,6 +1,6 @@
 """Extractive question answering: SQuAD loading, sliding-window features and span decoding.
 
-The steps follow Google's ``run_squad.py`` (seed 002, section 35.5):
+The steps follow Google's ``run_squad.py``:
 
 * a long context is cut into overlapping windows; every window repeats the question;
 * a training window whose context does not contain the whole answer is labelled with the [CLS] position

@@ -2,7 +2,7 @@
 
 Kept in the library so the four recipes cannot drift apart on how they read arguments or what a finished
 run folder holds: weights + config (with ``id2label``/``label2id``), tokenizer, ``all_results.json``,
-predictions, and ``README.md`` rendered from ``model_cards/finetuned.md``.
+predictions, and ``README.md`` rendered from the packaged ``finetuned.md`` card template.
 """
 
 from __future__ import annotations
@@ -15,9 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cards import write_model_card
+from transformers import Trainer
 
-DEFAULT_CARD_TEMPLATE = Path(__file__).resolve().parents[2] / "model_cards" / "finetuned.md"
+from ..arguments import CommandParser, UsageError
+from ..modelcard import template_path, write_model_card
+from .loading import load_model, load_tokenizer
+
+DEFAULT_CARD_TEMPLATE = template_path("finetuned.md")
 
 
 @dataclass
@@ -30,34 +34,37 @@ class ModelArguments:
         default=None, metadata={"help": "fresh hfbert preset (tiny/mini/small/...) instead of a checkpoint"})
     config_overrides: str | None = field(
         default=None, metadata={"help": 'JSON object of config values, e.g. \'{"hidden_size": 32}\''})
-    tokenizer_name: str | None = field(
-        default=None, metadata={"help": "tokenizer folder or a vocab.txt; default: model_name_or_path"})
+    tokenizer: str | None = field(
+        default=None, metadata={"help": "tokenizer folder or a vocab.txt; default: model_name_or_path",
+                                "aliases": ["--tokenizer_name"]})  # transformers' examples' spelling
     lowercase: bool = field(default=True, metadata={"help": "lower-case (only for a bare vocab.txt)"})
     model_family: str = field(
         default="hfbert", metadata={"help": "hfbert, or transformers (its own BertFor* classes) to compare"})
 
     def __post_init__(self):
         if self.model_family not in ("hfbert", "transformers"):
-            raise ValueError(f"model_family must be 'hfbert' or 'transformers', got {self.model_family!r}")
+            raise UsageError(f"--model_family must be 'hfbert' or 'transformers', got {self.model_family!r}")
         if (self.model_name_or_path is None) == (self.preset is None):
-            raise ValueError("give exactly one of --model_name_or_path or --preset")
-        if self.tokenizer_name is None and self.model_name_or_path is None:
-            raise ValueError("a fresh --preset model needs --tokenizer_name (a tokenizer folder or vocab.txt)")
+            raise UsageError("give exactly one of --model_name_or_path or --preset")
+        if self.tokenizer is None and self.model_name_or_path is None:
+            raise UsageError("a fresh --preset model needs --tokenizer (a tokenizer folder or vocab.txt)")
+        self.overrides  # a malformed --config_overrides stops the run here, before any data is read
 
     @property
     def overrides(self) -> dict[str, Any]:
         if not self.config_overrides:
             return {}
-        value = json.loads(self.config_overrides)
+        try:
+            value = json.loads(self.config_overrides)
+        except json.JSONDecodeError as err:
+            raise UsageError(f"--config_overrides is not valid JSON ({err}): {self.config_overrides!r}") from None
         if not isinstance(value, dict):
-            raise ValueError(f"config_overrides must be a JSON object, got {self.config_overrides!r}")
+            raise UsageError(f"--config_overrides must be a JSON object, got {self.config_overrides!r}")
         return value
 
     def load(self, task: str, **head_kwargs: Any):
         """(tokenizer, model) for ``task``; a fresh model gets the tokenizer's vocabulary size."""
-        from .loading import load_model, load_tokenizer
-
-        tokenizer = load_tokenizer(self.tokenizer_name or self.model_name_or_path, lowercase=self.lowercase)
+        tokenizer = load_tokenizer(self.tokenizer or self.model_name_or_path, lowercase=self.lowercase)
         overrides = self.overrides
         if self.preset is not None:
             overrides.setdefault("vocab_size", len(tokenizer))
@@ -65,17 +72,16 @@ class ModelArguments:
         return tokenizer, model
 
 
-def parse_args(dataclass_types: Sequence[type], argv: Sequence[str] | None = None) -> tuple:
-    """``HfArgumentParser`` over the dataclasses, from the command line or one ``.json``/``.yaml`` file."""
-    from transformers import HfArgumentParser
-
-    parser = HfArgumentParser(dataclass_types)
+def parse_args(dataclass_types: Sequence[type], argv: Sequence[str] | None = None, prog: str | None = None) -> tuple:
+    """The recipe's settings (``hfbert.arguments.CommandParser``): ``--key value`` options over a ``--config``
+    JSON/YAML file; a lone ``.json``/``.yaml`` argument is read as that file. A bad value exits with status 2 and
+    one line naming it."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(json_file=argv[0])
-    if len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
-        return parser.parse_yaml_file(yaml_file=argv[0])
-    return parser.parse_args_into_dataclasses(args=argv)
+    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
+        argv = ["--config", argv[0]]
+    prog = prog or f"python {Path(sys.argv[0]).name}"
+    parsed = CommandParser(prog, list(dataclass_types)).parse(argv)
+    return parsed if isinstance(parsed, tuple) else (parsed,)
 
 
 def note(notes: list[str], message: str) -> None:
@@ -139,3 +145,16 @@ def finish_run(
     if args.push_to_hub:
         trainer.push_to_hub(commit_message=f"hfbert {recipe}")
     return out
+
+
+class CardKeepingTrainer(Trainer):
+    """A ``Trainer`` whose ``push_to_hub`` uploads the hfbert card instead of overwriting it.
+
+    ``Trainer.push_to_hub`` always calls ``create_model_card``, which replaces ``README.md`` with a generic
+    card; when the recipe has already written its card, keep it.
+    """
+
+    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
+        if (Path(self.args.output_dir) / "README.md").is_file():
+            return None
+        return super().create_model_card(*args, **kwargs)
