@@ -18,14 +18,19 @@ dropped silently.
 
 from __future__ import annotations
 
+import gzip
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 __all__ = [
     "CHAPTER_HEADING",
+    "CorpusError",
     "ReadStats",
+    "open_binary",
+    "read_document_range",
     "read_documents",
     "read_people_daily",
     "split_sentences",
@@ -108,17 +113,48 @@ def _is_abbreviation(before: str) -> bool:
     return (len(word) == 1 and word.isupper()) or word.lower().rstrip(".") in _ABBREVIATIONS
 
 
+class CorpusError(ValueError):
+    """Input text that cannot be used as given (not UTF-8, no documents); the message names the file and line."""
+
+
+def open_binary(path: str | Path) -> BinaryIO:
+    """A binary stream over a local file or an fsspec URL (``s3://``, ``gs://``, ...); ``.gz`` is decompressed."""
+    path = str(path)
+    if "://" in path:
+        import fsspec  # a dependency of datasets; imported here because local files do not need it
+
+        handle = fsspec.open(path, "rb").open()
+    else:
+        handle = open(path, "rb")  # noqa: SIM115 -- the caller closes it
+    return gzip.GzipFile(fileobj=handle, mode="rb") if path.endswith(".gz") else handle
+
+
 def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield (1-based line number, text) and name the file and line of any byte that is not UTF-8."""
-    with path.open("rb") as handle:
+    with open_binary(path) as handle:
         for number, raw in enumerate(handle, start=1):
             try:
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"{path}:{number}: not valid UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1}); "
-                    "re-encode the file as UTF-8"
-                ) from None
+                raise _not_utf8(path, number, raw, err) from None
+
+
+def _not_utf8(path, number: int, raw: bytes, err: UnicodeDecodeError) -> CorpusError:
+    return CorpusError(f"{path}:{number}: not valid UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1}); "
+                       "re-encode the file as UTF-8")
+
+
+def _line_number(path, position: int) -> int:
+    """1-based number of the line that starts at byte ``position`` (counted only when an error is reported)."""
+    newlines, done = 0, 0
+    with open_binary(path) as handle:
+        while done < position:
+            block = handle.read(min(1 << 20, position - done))
+            if not block:
+                break
+            newlines += block.count(b"\n")
+            done += len(block)
+    return newlines + 1
 
 
 def _check_paths(paths: str | Path | list[str | Path]) -> list[Path]:
@@ -137,6 +173,111 @@ def _check_paths(paths: str | Path | list[str | Path]) -> list[Path]:
     return resolved
 
 
+class _Lines:
+    """Classifies the lines of one layout: text, blank (ends a document) or boundary (ends one, is dropped)."""
+
+    def __init__(self, layout: str, boundary: str | None):
+        if layout not in ("sentences", "paragraphs"):
+            raise ValueError(f"layout must be 'sentences' or 'paragraphs', got {layout!r}")
+        self.boundary = re.compile(boundary) if boundary else None
+
+    def ends_document(self, raw: bytes) -> bool:
+        line = raw.strip()
+        if not line:
+            return True
+        return self.boundary is not None and bool(self.boundary.match(line.decode("utf-8", "replace")))
+
+
+def _first_document_start(handle: BinaryIO, start: int, lines: _Lines, seekable: bool) -> int | None:
+    """The first byte ``>= start`` where a document begins: a line right after a blank or boundary line.
+
+    Finding it needs the line *before* the first whole line at or after ``start``: for a plain file that line is
+    found by reading backwards from ``start``; a compressed stream cannot seek back, so it is read from the top.
+    Returns None at the end of the file.
+    """
+    if not seekable:
+        position, previous_ends = 0, True
+        while position < start:
+            raw = handle.readline()
+            if not raw:
+                return None
+            position += len(raw)
+            previous_ends = lines.ends_document(raw)
+    else:
+        line_start, block = start - 1, 4096
+        while line_start > 0:  # the start of the line that holds byte ``start - 1``
+            lo = max(0, line_start - block)
+            handle.seek(lo)
+            found = handle.read(line_start - lo).rfind(b"\n")
+            if found >= 0:
+                line_start = lo + found + 1
+                break
+            line_start, block = lo, block * 2
+        handle.seek(max(line_start, 0))
+        raw = handle.readline()
+        position, previous_ends = max(line_start, 0) + len(raw), lines.ends_document(raw)
+    while not previous_ends:  # inside a document that an earlier range owns: skip to its end
+        raw = handle.readline()
+        if not raw:
+            return None
+        position += len(raw)
+        previous_ends = lines.ends_document(raw)
+    return position
+
+
+def read_document_range(
+    path: str | Path,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    layout: str = "sentences",
+    boundary: str | None = None,
+    stats: ReadStats | None = None,
+) -> Iterator[list[str]]:
+    """Yield the documents of one file that *begin* in bytes ``[start, end)`` (``end=None``: to the end of file).
+
+    A document begins at byte 0 and right after every blank or boundary line, so cutting a file at any byte
+    offsets and reading each range gives exactly the documents of the whole file, each once, in order: a range
+    skips the tail of a document that began before it and reads its own last document to its end.  Workers can
+    therefore split a large file by byte offsets alone, without a first pass over it.  ``.gz`` files and fsspec
+    URLs work too (a compressed file is decompressed from its start to reach ``start``).
+    The document rules are those of :func:`read_documents`.
+    """
+    lines = _Lines(layout, boundary)
+    stats = stats if stats is not None else ReadStats()
+    name = str(path)
+    with open_binary(path) as handle:
+        position = 0
+        if start > 0:
+            position = _first_document_start(handle, start, lines, seekable=not name.endswith(".gz"))
+            if position is None or (end is not None and position >= end):
+                return
+            if not name.endswith(".gz"):
+                handle.seek(position)
+        document: list[str] = []
+        for raw in handle:
+            line_start, position = position, position + len(raw)
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as err:
+                raise _not_utf8(name, _line_number(path, line_start), raw, err) from None
+            stats.lines += 1
+            if lines.boundary is not None and line and lines.boundary.match(line):
+                stats.boundary_lines += 1
+                yield from _emit(document, stats)
+            elif not line:
+                stats.blank_lines += 1
+                yield from _emit(document, stats, keep_empty=True)
+            else:
+                stats.text_lines += 1
+                document.append(line)
+                continue
+            document = []
+            if end is not None and position >= end:
+                return
+        yield from _emit(document, stats)
+
+
 def read_documents(
     paths: str | Path | list[str | Path],
     *,
@@ -151,31 +292,14 @@ def read_documents(
     :func:`split_sentences` in its worker processes).  In both layouts a blank line ends the document (as in the
     original format; two in a row give an empty document, which the pipeline skips and counts), a line
     matching the ``boundary`` regular expression (e.g. :data:`CHAPTER_HEADING`) ends the document and is itself
-    dropped, and every file starts a new document.
+    dropped, and every file starts a new document.  ``.gz`` files are decompressed on the fly.
     Empty documents (two blank lines in a row) are yielded as ``[]`` so the caller can count them.
     """
-    if layout not in ("sentences", "paragraphs"):
-        raise ValueError(f"layout must be 'sentences' or 'paragraphs', got {layout!r}")
-    boundary_re = re.compile(boundary) if boundary else None
+    _Lines(layout, boundary)  # checks the layout before the first file is opened
     stats = stats if stats is not None else ReadStats()
     for path in _check_paths(paths):
         stats.files.append(str(path))
-        document: list[str] = []
-        for _, line in _decoded_lines(path):
-            stats.lines += 1
-            line = line.strip()
-            if boundary_re is not None and boundary_re.match(line):
-                stats.boundary_lines += 1
-                yield from _emit(document, stats)
-                document = []
-            elif not line:
-                stats.blank_lines += 1
-                yield from _emit(document, stats, keep_empty=True)
-                document = []
-            else:
-                stats.text_lines += 1
-                document.append(line)
-        yield from _emit(document, stats)
+        yield from read_document_range(path, layout=layout, boundary=boundary, stats=stats)
 
 
 def _emit(document: list[str], stats: ReadStats, keep_empty: bool = False) -> Iterator[list[str]]:

@@ -49,10 +49,11 @@ class Pool:
         return len(self.doc_first)
 
 
-def document_rng(seed: int, dupe: int, document: int) -> random.Random:
-    """The generator of one document in one duplication pass: a function of the three numbers only, so the
-    output never depends on how documents are spread over processes."""
-    state = np.random.SeedSequence([seed, dupe, document]).generate_state(4, dtype=np.uint64)
+def document_rng(seed: int, dupe: int, document: int, stream: tuple[int, ...] = ()) -> random.Random:
+    """The generator of one document in one duplication pass: a function of these numbers only, so the output
+    never depends on how documents are spread over processes.  ``stream`` names the document's stream (a
+    prepared corpus: its split and shard), so equal document indices of two streams draw different numbers."""
+    state = np.random.SeedSequence([seed, *stream, dupe, document]).generate_state(4, dtype=np.uint64)
     return random.Random(int.from_bytes(state.tobytes(), "little"))
 
 

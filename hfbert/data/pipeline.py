@@ -15,13 +15,13 @@ Unit of work: the *pool*
 Row order is pool-major, then duplication pass, then document; with ``shuffle=True`` (map-style default, as
 the original shuffles its instances) the rows are shuffled with ``seed``.
 
-Speed (4 MB of Austen, tokenize + build + mask, dupe factor 1: about 1M corpus tokens per CPU second, 4-5x the
-original script)
+Where the time goes
     Tokenization goes through :class:`~hfbert.tokenization.WordCacheEncoder` (exact `tokenizers` ids, with a
-    cached fast path for printable-ASCII text); the cyclic garbage collector is paused while a pool is built;
-    NSP slices, masks and Arrow columns are computed for a whole pool at once.  With ``num_proc > 1`` this process
-    and forked workers take the pools one at a time from a shared counter (see :func:`_build_pools`), so the
-    work splits evenly however fast each process runs.
+    cached fast path for printable-ASCII text); NSP slices, masks and Arrow columns are computed for a whole
+    pool at once.  With ``num_proc > 1`` the pools are the units of work of :mod:`hfbert.data.engines`.
+
+This module builds examples in memory (a ``datasets.Dataset``); :mod:`hfbert.data.prepared` builds a corpus of
+any size into Parquet shards with the same :class:`PoolBuilder`.
 """
 
 from __future__ import annotations
@@ -30,26 +30,23 @@ import gc
 import hashlib
 import json
 import multiprocessing
-import os
-import sys
-import tempfile
-import traceback
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from itertools import chain, count
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from tokenizers import Tokenizer
 from datasets import Dataset, DatasetInfo, Features, IterableDataset, List, Value
 from datasets.table import InMemoryTable
-from datasets.utils import tqdm as hf_tqdm
 
 from ..tokenization import WordCacheEncoder, _concat_ranges
 from .documents import ReadStats, read_documents, split_sentences
+from .engines import run_tasks
 from .masking import MaskingSpec, continuation_table, mask_batch
 from .nsp import Pool, create_instances_from_document, document_rng
 from .report import build_report, table_digest
@@ -109,8 +106,8 @@ def _stream_pools(documents: Iterable, pool_size: int) -> Iterator[tuple[int, li
 
 @dataclass
 class TokenizerFacts:
-    """What a build reads from the tokenizer, taken from one parse of its JSON (``get_vocab()`` alone took 20 ms,
-    and every process parsed the JSON again for its encoder: ~0.04 s before the first pool, serial)."""
+    """What a build reads from the tokenizer, taken from one parse of its JSON: ``get_vocab()`` and a second
+    parse for the encoder would each cost more than a small pool's build, before the first pool starts."""
 
     text: str  # the `tokenizers` pipeline, serialised
     config: dict  # ... parsed
@@ -149,8 +146,6 @@ class PoolBuilder:
     @property
     def backend(self):
         if self._backend is None:
-            from tokenizers import Tokenizer
-
             self._backend = Tokenizer.from_str(self._backend_json)
             self._backend.no_truncation()
             self._backend.no_padding()
@@ -223,24 +218,32 @@ class PoolBuilder:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int8)
 
     # -- instances ----------------------------------------------------------------------------------------
-    def build(self, documents: list, first_index: int, split_units: bool = False) -> tuple[pa.Table, dict, list]:
-        """Instances of every document of the pool, ``dupe_factor`` times; static masks drawn for all at once."""
-        with _gc_paused():
-            return self._build(documents, first_index, split_units)
+    def build(self, documents: list, first_index: int, split_units: bool = False, *, stream: tuple[int, ...] = (),
+              dupe_factor: int | None = None) -> tuple[pa.Table, dict, list]:
+        """Instances of every document of the pool, ``dupe_factor`` times; static masks drawn for all at once.
 
-    def _build(self, documents: list, first_index: int, split_units: bool) -> tuple[pa.Table, dict, list]:
+        ``first_index``: the index of the pool's first document in its stream; ``stream``: numbers that name the
+        stream (a prepared corpus uses its split and shard), mixed into every generator's seed so that two
+        streams never share random draws.  ``dupe_factor`` overrides the builder's (held-out data: 1)."""
+        with _gc_paused():
+            return self._build(documents, first_index, split_units, tuple(stream),
+                               self.dupe_factor if dupe_factor is None else dupe_factor)
+
+    def _build(self, documents: list, first_index: int, split_units: bool, stream: tuple,
+               dupe_factor: int) -> tuple[pa.Table, dict, list]:
         pool, word_starts, kept_docs, stats, hashes = self.tokenize(documents, split_units)
         slices, counts = [], {"document_passes": 0, "short_target_passes": 0}
-        for dupe in range(self.dupe_factor):
+        for dupe in range(dupe_factor):
             for local, raw in enumerate(kept_docs):
-                rng = document_rng(self.seed, dupe, first_index + raw)
+                rng = document_rng(self.seed, dupe, first_index + raw, stream)
                 instances, short = create_instances_from_document(
                     pool, local, rng, max_seq_length=self.max_seq_length, short_seq_prob=self.short_seq_prob,
                     distinct_random_document=self.distinct)
                 slices.extend(instances)
                 counts["document_passes"] += 1
                 counts["short_target_passes"] += int(short)
-        table = self._assemble(pool, word_starts, np.asarray(slices, dtype=np.int64).reshape(-1, 6), first_index)
+        table = self._assemble(pool, word_starts, np.asarray(slices, dtype=np.int64).reshape(-1, 6), first_index,
+                               stream)
         random_next = sum(int(s[4]) for s in slices)
         truncated = [s[5] for s in slices if s[5] > 0]
         stats.update(counts, instances=len(slices), random_next=random_next, truncated_instances=len(truncated),
@@ -248,7 +251,7 @@ class PoolBuilder:
                      first_document=first_index)
         return table, stats, hashes
 
-    def _assemble(self, pool: Pool, word_starts, slices: np.ndarray, first_index: int) -> pa.Table:
+    def _assemble(self, pool: Pool, word_starts, slices: np.ndarray, first_index: int, stream: tuple) -> pa.Table:
         """[CLS] A [SEP] B [SEP] for every instance at once, by gathering from the pool's flat id array."""
         a0, a1, b0, b1 = slices[:, 0], slices[:, 1], slices[:, 2], slices[:, 3]
         n, cls_at, sep_at = len(slices), len(pool.ids), len(pool.ids) + 1
@@ -272,7 +275,7 @@ class PoolBuilder:
             candidates[offsets[:-1]] = False  # [CLS]
             candidates[offsets[:-1] + (a1 - a0) + 1] = False  # the first [SEP]
             candidates[offsets[1:] - 1] = False  # the last [SEP]
-            rng = np.random.default_rng([self.seed, first_index, _MASK_STREAM])
+            rng = np.random.default_rng([self.seed, *stream, first_index, _MASK_STREAM])
             ids, positions, labels, counts = mask_batch(ids, offsets, candidates, self.spec, rng, starts_flat)
             mask_offsets = np.concatenate(([0], np.cumsum(counts)))
             columns["masked_lm_positions"] = (positions.astype(np.int32), mask_offsets)
@@ -300,8 +303,8 @@ def _gc_paused():
 
     Why: a pool allocates tens of thousands of small lists and tuples (sentences, words, instances), which
     triggers collections that traverse every object of the interpreter -- with transformers and datasets
-    imported, several hundred thousand -- over and over: measured at 30-40% of the CPU time of a build.  The
-    build creates no reference cycles, so nothing is left for the collector; its previous state is restored.
+    imported, several hundred thousand -- over and over (docs/data.md has the measurement).  The build creates
+    no reference cycles, so nothing is left for the collector; its previous state is restored.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -315,11 +318,11 @@ def _gc_paused():
 def shuffled_table(table: pa.Table, order: np.ndarray) -> pa.Table:
     """``table.take(order)`` (one chunk per column), done with numpy gathers on the offsets and values.
 
-    Why not Arrow's ``take``: on list columns its first call in a process took 0.02 to 0.13 s for the same 7 MB
-    (Austen, dupe factor 1), and this step is serial: it runs after every worker has finished, so it bounds what
-    ``num_proc`` can gain.  Here the values are gathered ``_GATHER_ROWS`` rows at a time: index arrays for all
-    rows at once (8 bytes per token, 10 MB here) are fresh memory the first time, and the page faults made the
-    gather cost 0.06 s instead of 0.01 s.  Columns with nulls or of other types go through ``take``.
+    Why not Arrow's ``take``: on list columns its first call in a process is slow and varies from call to call,
+    and this step runs once per shard on all of its rows.  Here the values are gathered ``_GATHER_ROWS`` rows at
+    a time: index arrays for all rows at once (8 bytes per token) would be fresh memory every time, and their
+    page faults would cost more than the gather itself.  Columns with nulls or of other types go through
+    ``take``.
     """
     columns = []
     for column in table.columns:
@@ -345,176 +348,28 @@ def shuffled_table(table: pa.Table, order: np.ndarray) -> pa.Table:
 
 
 def _build_pools(documents: _Documents, bounds: list[tuple[int, int]], builder: PoolBuilder, split_units: bool,
-                 num_proc: int, finished: list) -> tuple[list[pa.Table], list[dict], list[list[int]]]:
+                 num_proc: int) -> tuple[list[pa.Table], list[dict], list[list[int]]]:
     """Build every pool, in pool order: the tables, stats and line hashes of all pools.
 
-    With ``num_proc > 1`` this process and ``num_proc - 1`` forked workers take the pools one at a time from a
-    shared counter until none is left, so a process that runs slower simply builds fewer pools; the largest pools
-    go first (the merged last pool is up to 1.5x the others), so no process ends on a long one while the others
-    wait.
-    A worker does run slower: it starts with an empty word cache and pays a copy-on-write fault on every page
-    of the inherited memory it first writes to.  The previous static split into halves of equal text size left
-    this process idle for ~0.13 s of a 0.55 s build (Austen), waiting for the worker.
-    A worker hands its pools back as an Arrow IPC file in a temporary folder, not through the pipe: with
-    ``dupe_factor`` 10 a worker's rows are ~100 MB, and pushing them through a pipe took longer than building
-    them; writing and reading a file is two memory copies.  Why not ``Dataset.map(num_proc=...)``: it pickles
-    its function arguments (the documents and the tokenizer) into every worker and relays results through a
-    manager process; on the 4 MB Austen corpus that cost 0.5 CPU seconds and made 2 processes slower than 1.
-    A forked worker inherits the documents and the builder for free.  Each pool's output depends only on its
-    documents and the seed, so the rows are the same whatever ``num_proc`` is and whoever builds which pool.
-    Workers that handed their pools back are appended to ``finished`` for the caller to join later (see
-    :func:`_joined_at_exit`); any other worker is stopped here.
+    Each pool is one unit of work for :func:`~hfbert.data.engines.run_tasks` (this process, or spawned worker
+    processes with ``num_proc > 1``); its rows depend only on its documents and the seed, so they are the same
+    whoever builds it.  Tables come back from workers as Arrow IPC bytes (one copy, no per-row pickling).
     """
-    n_workers = min(num_proc, len(bounds)) - 1
-    built: dict[int, tuple] = {}
-    with hf_tqdm(total=len(bounds), unit=" pools", desc="Building pretraining examples") as progress, \
-            _scratch_folder() as scratch:
-        counter = _fork_context().Value("q", 0) if n_workers else None  # the next pool to build
-        claim = partial(_claim_shared, counter) if n_workers else count().__next__
-        order = np.argsort(-np.asarray(documents.weights(bounds)), kind="stable").tolist() if n_workers else None
-        workers = _start_workers(documents, bounds, order, counter, n_workers, builder, split_units, scratch)
-        received = [False] * len(workers)
-        try:
-            built.update(_build_claimed(documents, bounds, order, claim, builder, split_units, progress))
-            for number, (process, receive) in enumerate(workers):
-                pools = _receive(process, receive)
-                received[number] = True
-                built.update(pools)
-                progress.update(len(pools))
-        finally:
-            for done, (process, receive) in zip(received, workers):
-                receive.close()
-                if done:  # it is exiting on its own
-                    finished.append(process)
-                    continue
-                if process.is_alive():
-                    process.terminate()
-                process.join()
-    if len(built) != len(bounds):  # cannot happen unless a worker lost a pool it claimed; never return less
-        raise RuntimeError(f"built {len(built)} of {len(bounds)} pools")
-    in_order = [built[k] for k in range(len(bounds))]
-    return [b[0] for b in in_order], [b[1] for b in in_order], [b[2] for b in in_order]
+    tasks = [(builder, documents.slice(lo, hi), lo, split_units) for lo, hi in bounds]
+    built = run_tasks(_build_pool, tasks, num_proc=num_proc, desc="Building pretraining examples", unit=" pools")
+    tables = [pa.ipc.open_stream(data).read_all() if isinstance(data, bytes) else data for data, _, _ in built]
+    return tables, [b[1] for b in built], [b[2] for b in built]
 
 
-def _claim_shared(counter) -> int:
-    """The next pool index from a counter shared by all the processes of a build."""
-    with counter.get_lock():
-        index = counter.value
-        counter.value = index + 1
-    return index
-
-
-def _build_claimed(documents: _Documents, bounds: list, order: list | None, claim, builder: PoolBuilder,
-                   split_units: bool, progress=None) -> dict[int, tuple]:
-    """Build the pools ``order[claim()]`` (``claim()`` itself when ``order`` is None) until ``claim()`` runs past
-    the last one: {pool index: (table, stats, hashes)}."""
-    built = {}
-    while (position := claim()) < len(bounds):
-        index = position if order is None else order[position]
-        lo, hi = bounds[index]
-        built[index] = builder.build(documents.slice(lo, hi), lo, split_units)
-        if progress is not None:
-            progress.update(1)
-    return built
-
-
-@contextmanager
-def _joined_at_exit() -> Iterator[list]:
-    """A list for worker processes that have handed back their rows; they are joined when the block ends.
-
-    A forked worker's exit (the kernel freeing its copy-on-write copy of this process) took ~20 ms here; joined
-    at the end, it overlaps the shuffle and the report instead of delaying them.
-    """
-    finished: list = []
-    try:
-        yield finished
-    finally:
-        for process in finished:
-            process.join()
-
-
-@contextmanager
-def _scratch_folder() -> Iterator[str]:
-    """A temporary folder for the workers' Arrow files, removed afterwards.  The system's temporary folder, not
-    /dev/shm: containers often cap /dev/shm at 64 MB, and a file read back at once is served from the page cache."""
-    with tempfile.TemporaryDirectory(prefix="hfbert-pools-") as folder:
-        yield folder
-
-
-def _fork_context():
-    # Fork (Linux) shares the documents and the builder with the workers for free; elsewhere they are pickled.
-    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
-
-
-def _start_workers(documents: _Documents, bounds: list, order: list, counter, n_workers: int, builder: PoolBuilder,
-                   split_units: bool, scratch: str) -> list:
-    if not n_workers:
-        return []
-    context = _fork_context()
-    workers = []
-    # As datasets does before it forks: the child must not use (or warn about) the tokenizers thread pool.
-    previous = os.environ.get("TOKENIZERS_PARALLELISM")
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    try:
-        for number in range(n_workers):
-            receive, send = context.Pipe(duplex=False)
-            path = os.path.join(scratch, f"worker-{number}.arrow")
-            process = context.Process(target=_worker, daemon=True,
-                                      args=(send, documents, bounds, order, counter, builder, split_units, path))
-            process.start()
-            send.close()
-            workers.append((process, receive))
-    finally:
-        if previous is None:
-            del os.environ["TOKENIZERS_PARALLELISM"]
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = previous
-    return workers
-
-
-def _worker(send, documents: _Documents, bounds: list, order: list, counter, builder: PoolBuilder,
-            split_units: bool, path: str) -> None:
-    """Worker process: build pools from the shared counter, write their rows to ``path`` (Arrow IPC file), send
-    (pool indices, stats, hashes, rows per pool, path)."""
-    try:
-        built = _build_claimed(documents, bounds, order, partial(_claim_shared, counter), builder, split_units)
-        indices = sorted(built)
-        if indices:
-            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, built[indices[0]][0].schema) as writer:
-                for index in indices:
-                    writer.write_table(built[index][0])
-        send.send(("ok", indices, [built[k][1] for k in indices], [built[k][2] for k in indices],
-                   [built[k][0].num_rows for k in indices], path))
-    except BaseException as error:  # noqa: BLE001 -- reported to the parent, which raises it
-        try:
-            send.send(("error", error, traceback.format_exc()))
-        except Exception:  # the exception itself cannot be pickled
-            send.send(("error", None, traceback.format_exc()))
-    finally:
-        send.close()
-
-
-def _receive(process, receive) -> dict[int, tuple]:
-    """A worker's pools: {pool index: (table, stats, hashes)}."""
-    try:
-        message = receive.recv()
-        if message[0] == "ok":
-            _, indices, stats, hashes, rows, path = message
-            if not indices:
-                return {}
-            with pa.OSFile(path, "rb") as source:  # read into memory: the scratch folder is removed afterwards
-                table = pa.ipc.open_file(source).read_all()
-            os.unlink(path)
-            offsets = np.concatenate(([0], np.cumsum(rows))).tolist()
-            tables = [table.slice(lo, hi - lo) for lo, hi in zip(offsets[:-1], offsets[1:])]
-            return dict(zip(indices, zip(tables, stats, hashes)))
-    except EOFError:
-        process.join()
-        raise RuntimeError(f"a pretraining-data worker process died (exit code {process.exitcode})") from None
-    _, error, trace = message
-    if error is not None:
-        raise error from RuntimeError(f"in a pretraining-data worker process:\n{trace}")
-    raise RuntimeError(f"a pretraining-data worker process failed:\n{trace}")
+def _build_pool(task: tuple) -> tuple:
+    builder, documents, first_index, split_units = task
+    table, stats, hashes = builder.build(documents, first_index, split_units)
+    if multiprocessing.parent_process() is None:  # in this process: no copy
+        return table, stats, hashes
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes(), stats, hashes
 
 
 def build_pretraining_dataset(
@@ -583,15 +438,13 @@ def build_pretraining_dataset(
     bounds = pool_bounds(len(documents), pool_size)
     if not bounds:
         raise ValueError("the input has no documents")
-    with _joined_at_exit() as finished:
-        tables, pool_stats, hashes = _build_pools(documents, bounds, builder,
-                                                  input_layout == "paragraphs" and read_stats is not None, num_proc,
-                                                  finished)
-        return _finish(tables, pool_stats, hashes, read_stats, builder, spec, shuffle, return_report, settings={
-            "max_seq_length": max_seq_length, "short_seq_prob": short_seq_prob, "dupe_factor": dupe_factor,
-            "masking": masking, "masked_lm_prob": masked_lm_prob, "max_predictions_per_seq": max_predictions_per_seq,
-            "selection": selection, "whole_word_mask": whole_word_mask, "random_token_ids": random_token_ids,
-            "pool_size": pool_size, "seed": seed})
+    tables, pool_stats, hashes = _build_pools(documents, bounds, builder,
+                                              input_layout == "paragraphs" and read_stats is not None, num_proc)
+    return _finish(tables, pool_stats, hashes, read_stats, builder, spec, shuffle, return_report, settings={
+        "max_seq_length": max_seq_length, "short_seq_prob": short_seq_prob, "dupe_factor": dupe_factor,
+        "masking": masking, "masked_lm_prob": masked_lm_prob, "max_predictions_per_seq": max_predictions_per_seq,
+        "selection": selection, "whole_word_mask": whole_word_mask, "random_token_ids": random_token_ids,
+        "pool_size": pool_size, "seed": seed})
 
 
 def _finish(tables, pool_stats, hashes, read_stats, builder: PoolBuilder, spec: MaskingSpec, shuffle: bool,
@@ -604,8 +457,8 @@ def _finish(tables, pool_stats, hashes, read_stats, builder: PoolBuilder, spec: 
         table = shuffled_table(table, np.random.default_rng([seed, _SHUFFLE_STREAM]).permutation(table.num_rows))
     else:
         table = table.combine_chunks()
-    # The content digest as the fingerprint: datasets would otherwise hash the table by pickling it (20-40 ms
-    # for 7 MB, serial), and the report needs the digest anyway.
+    # The content digest as the fingerprint: datasets would otherwise hash the table by pickling it, and the
+    # report needs the digest anyway.
     digest = table_digest(table)
     built = Dataset(InMemoryTable(table), info=DatasetInfo(features=builder.features), fingerprint=digest[:32])
     if not return_report:

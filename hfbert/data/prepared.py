@@ -1,0 +1,568 @@
+"""Prepared pretraining corpora: built once into Parquet shards, read by row index from any process.
+
+A prepared folder (one sequence length per folder)::
+
+    DIR/hfbert_prepare.json                     the manifest: format, every build setting, the tokenizer's
+                                                fingerprint and special ids, per split and shard: file, rows,
+                                                tokens, content digest, sha256, bytes; the health report
+    DIR/data/train-00000-of-00008.parquet       the training rows, shuffled within each shard
+    DIR/data/validation-00000-of-00008.parquet  rows of the held-out documents (whole documents)
+    DIR/tokenizer.json, vocab.txt, ...          the tokenizer the rows were built with
+    DIR/report.json, DIR/report.txt             the health report (what came in, what was skipped, what came out)
+    DIR/README.md                               the dataset card (its YAML names the splits for the Hub)
+
+Columns: ``input_ids`` (list<int32>), ``token_type_ids`` (list<int8>), ``next_sentence_label`` (int8); static
+masking adds ``masked_lm_positions`` and ``masked_lm_ids`` (list<int32>, ``input_ids`` already corrupted);
+dynamic whole-word masking adds ``word_starts`` (list<int8>).  The validation split has the same columns.
+
+:func:`prepare_corpus` builds it (shards are the units of work, see :mod:`hfbert.data.shards` and
+:mod:`hfbert.data.engines`; the output is byte-identical for every engine and ``num_proc``);
+:class:`PreparedCorpus` reads it -- a local folder or a Hub dataset repo -- without converting it: a row is
+found from the manifest's rows per shard and the Parquet footer's row groups, and only the row groups that hold
+the requested rows are decoded (memory-mapped files, a small cache of decoded groups), so opening a corpus of
+any size takes the time of reading its footers and memory does not grow with it.  ``datasets.load_dataset(DIR)``
+(also with ``streaming=True``), DuckDB, Spark and the Hub's viewer read the same files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from huggingface_hub import HfApi, snapshot_download
+from transformers import AutoTokenizer
+
+from .documents import CorpusError, read_document_range
+from .engines import run_tasks
+from .masking import MaskingSpec
+from ..tokenization import train_wordpiece
+from .pipeline import DEFAULT_POOL_SIZE, PoolBuilder, TokenizerFacts, _check_arguments, output_features
+from .report import assemble_report, merge_line_sketches, merge_row_summaries, render_report
+from .segmenters import JiebaSegmenter, PreSegmented
+from .shards import ROW_GROUP_SIZE, SPLITS, ShardTask, build_shard, features_metadata, write_atomically
+from .sources import BUILTIN_CORPUS, DocumentRows, TextFiles, resolve_input
+
+__all__ = ["MANIFEST", "PreparedCorpus", "PreparedDataError", "auto_num_shards", "prepare_corpus", "push_prepared"]
+
+MANIFEST = "hfbert_prepare.json"
+FORMAT = "hfbert-prepared"
+FORMAT_VERSION = 1
+# Input bytes per shard and duplication pass when num_shards is not given.  A worker holds one shard's rows
+# (they are shuffled before writing), so this bounds a worker's memory whatever the corpus size.
+SHARD_INPUT_BYTES = 32 << 20
+_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+_SEGMENTERS = {"presegmented": PreSegmented, "jieba": JiebaSegmenter}
+
+
+class PreparedDataError(ValueError):
+    """A prepared folder that cannot be read as its manifest describes it; the message names the file."""
+
+
+def auto_num_shards(input_bytes: int, dupe_factor: int) -> int:
+    """The default shard count: one shard per ``SHARD_INPUT_BYTES`` of input per duplication pass."""
+    return max(1, -(-input_bytes * dupe_factor // SHARD_INPUT_BYTES))
+
+
+def _display(path: str) -> str:
+    # The built-in corpus by its name, so the manifest does not depend on where hfbert is installed.
+    return f"hfbert:{BUILTIN_CORPUS.name}" if path == str(BUILTIN_CORPUS) else path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building
+
+
+def prepare_corpus(
+    source=None,
+    output_dir: str | Path = "prepared",
+    *,
+    tokenizer=None,
+    vocab_size: int = 8000,
+    lowercase: bool = True,
+    max_seq_length: int = 128,
+    num_shards: int | None = None,
+    eval_fraction: float = 0.05,
+    masking: str = "static",
+    dupe_factor: int | None = None,
+    masked_lm_prob: float = 0.15,
+    max_predictions_per_seq: int = 20,
+    short_seq_prob: float = 0.1,
+    whole_word_mask: bool = False,
+    selection: str = "fixed",
+    random_token_ids: str = "non_special",
+    wwm_per_word_decision: bool = True,
+    segmenter: str | None = None,
+    distinct_random_document: bool = True,
+    pool_size: int = DEFAULT_POOL_SIZE,
+    input_layout: str | None = None,
+    document_boundary: str | None = None,
+    text_column: str | None = None,
+    seed: int = 12345,
+    num_proc: int = 1,
+    engine: str = "local",
+    scheduler: str | None = None,
+    overwrite: bool = False,
+) -> Path | str:
+    """Build a prepared corpus (see the module docstring) and return its folder.
+
+    ``source``: ``None`` (the built-in Austen corpus: paragraphs, chapters are documents), a text file, glob or
+    fsspec URL or a list of them, a ``datasets.Dataset`` (a ``sentences`` or ``text`` column), or a list of
+    documents (lists of sentences).  ``tokenizer``: a fast BERT tokenizer or its folder; ``None`` trains a
+    WordPiece vocabulary of ``vocab_size`` on the input.  ``num_shards``: default :func:`auto_num_shards`.
+    ``engine``/``num_proc``/``scheduler``: who builds the shards (:mod:`hfbert.data.engines`); they never change
+    the output.  ``segmenter``: ``"presegmented"`` or ``"jieba"`` word boundaries for Chinese whole-word masking.
+    The other settings are those of :func:`~hfbert.data.pipeline.build_pretraining_dataset`.
+    """
+    dupe_factor = (10 if masking == "static" else 1) if dupe_factor is None else dupe_factor
+    if not 0.0 <= eval_fraction < 1.0:
+        raise ValueError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
+    if num_shards is not None and (not isinstance(num_shards, int) or num_shards < 1):
+        raise ValueError(f"num_shards must be an int >= 1, got {num_shards!r}")
+    if segmenter is not None and segmenter not in _SEGMENTERS:
+        raise ValueError(f"segmenter must be one of {sorted(_SEGMENTERS)} or None, got {segmenter!r}")
+    if segmenter is None and input_layout == "people-daily" and whole_word_mask:
+        segmenter = "presegmented"  # its text is segmented with spaces
+    word_segmenter = _SEGMENTERS[segmenter]() if segmenter else None
+    source = resolve_input(source, input_layout=input_layout, document_boundary=document_boundary,
+                           text_column=text_column)
+    output = str(output_dir)
+    _claim_output(output, overwrite)
+    tokenizer = _tokenizer(tokenizer, source, vocab_size, lowercase)
+    _check_arguments(tokenizer, max_seq_length, short_seq_prob, dupe_factor, masking, pool_size, num_proc, seed,
+                     whole_word_mask, word_segmenter)
+    facts = TokenizerFacts.of(tokenizer)
+    spec = MaskingSpec.from_tokenizer(
+        tokenizer, masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions_per_seq,
+        selection=selection, whole_word_mask=whole_word_mask, wwm_per_word_decision=wwm_per_word_decision,
+        random_token_ids=random_token_ids, vocab=facts.vocab)
+    builder = PoolBuilder(
+        tokenizer, spec, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
+        masking=masking, word_segmenter=word_segmenter, distinct_random_document=distinct_random_document,
+        seed=seed, facts=facts)
+    if num_shards is None:
+        size = sum(source.sizes) if isinstance(source, TextFiles) else sum(map(_document_bytes, source.rows))
+        num_shards = auto_num_shards(size, dupe_factor)
+    schema = builder.features.arrow_schema.with_metadata(features_metadata(builder.features))
+    tasks = [ShardTask(k, num_shards, source, builder, output, schema, seed, pool_size, eval_fraction,
+                       spec.mask_token_id) for k in range(num_shards)]
+    results = run_tasks(build_shard, tasks, engine=engine, num_proc=num_proc, scheduler=scheduler,
+                        desc="Preparing shards")
+    settings = {
+        "max_seq_length": max_seq_length, "masking": masking, "dupe_factor": dupe_factor,
+        "masked_lm_prob": masked_lm_prob, "max_predictions_per_seq": max_predictions_per_seq,
+        "short_seq_prob": short_seq_prob, "whole_word_mask": whole_word_mask, "selection": selection,
+        "random_token_ids": random_token_ids, "wwm_per_word_decision": wwm_per_word_decision,
+        "segmenter": segmenter, "distinct_random_document": distinct_random_document, "pool_size": pool_size,
+        "seed": seed, "num_shards": num_shards, "eval_fraction": eval_fraction,
+        "validation_dupe_factor": 1, "row_group_size": ROW_GROUP_SIZE,
+    }
+    report = _report(results, source, settings)
+    if report["documents"]["used"] == 0:
+        _remove_outputs(output)
+        raise CorpusError(f"{_input_name(source)}: the input has no documents (no line of text)")
+    _finish_output(output, tokenizer, facts, source, settings, results, report)
+    return Path(output) if "://" not in output else output
+
+
+def _document_bytes(document) -> int:
+    return len(document) if isinstance(document, str) else sum(map(len, document or ()))
+
+
+def _input_name(source) -> str:
+    return ", ".join(map(_display, source.paths)) if isinstance(source, TextFiles) else source.name
+
+
+def _tokenizer(tokenizer, source, vocab_size: int, lowercase: bool):
+    if tokenizer is None:
+        return train_wordpiece(_texts(source), vocab_size=vocab_size, lowercase=lowercase)
+    if isinstance(tokenizer, (str, Path)):
+        if not Path(tokenizer).is_dir():
+            raise FileNotFoundError(f"tokenizer folder not found: {tokenizer}")
+        return AutoTokenizer.from_pretrained(str(tokenizer))
+    return tokenizer
+
+
+def _texts(source):
+    """Every text unit of the input, for training a vocabulary (held-out documents included, as Google's
+    vocabularies were learned on the whole corpus)."""
+    if isinstance(source, TextFiles):
+        for path in source.paths:
+            for document in read_document_range(path, layout=source.layout, boundary=source.boundary):
+                yield from document
+        return
+    for start in range(0, len(source.rows), 1024):
+        batch = source.rows[start:start + 1024] if source.column is None else source.rows[start:start + 1024][
+            source.column]
+        for document in batch:
+            yield from ([document] if isinstance(document, str) else document)
+
+
+def _fs(output: str):
+    import fsspec  # only for URLs
+
+    return fsspec.core.url_to_fs(output)
+
+
+def _claim_output(output: str, overwrite: bool) -> None:
+    """Refuse a folder that holds anything unless ``overwrite``; then clear what a previous build wrote (a stale
+    shard of another shard count would otherwise be picked up by ``load_dataset``'s patterns)."""
+    if "://" in output:
+        fs, root = _fs(output)
+        taken = fs.exists(root) and bool(fs.ls(root))
+    else:
+        root = Path(output)
+        if root.exists() and not root.is_dir():
+            raise FileExistsError(f"output_dir {output} is a file")
+        taken = root.is_dir() and any(root.iterdir())
+    if taken and not overwrite:
+        raise FileExistsError(f"output_dir {output} is not empty; choose another or pass overwrite_output_dir")
+    if taken:
+        _remove_outputs(output, everything=True)
+
+
+def _remove_outputs(output: str, everything: bool = False) -> None:
+    if "://" in output:
+        fs, root = _fs(output)
+        for child in fs.ls(root) if everything else [f"{root.rstrip('/')}/data"]:
+            if fs.exists(child):
+                fs.rm(child, recursive=True)
+        return
+    root = Path(output)
+    for child in list(root.iterdir()) if everything and root.is_dir() else [root / "data"]:
+        if child.is_dir():
+            shutil.rmtree(child)
+        elif child.exists():
+            child.unlink()
+
+
+def _report(results: list[dict], source, settings: dict) -> dict:
+    pool_stats, rows, lines, splits, digests = [], [], [], {}, []
+    for split in SPLITS:
+        entries = [r["splits"][split] for r in results if split in r["splits"]]
+        if not entries:
+            continue
+        for entry in entries:
+            pool_stats += entry["pool_stats"]
+            rows.append(entry["rows_summary"])
+            lines.append(entry["lines"])
+            digests.append(f"{entry['file']}:{entry['digest']}")
+        splits[split] = {"rows": sum(e["rows"] for e in entries),
+                         "documents": sum(s["documents"] - s["empty_documents"] for e in entries
+                                          for s in e["pool_stats"])}
+    read_stats = None
+    if isinstance(source, TextFiles):
+        read_stats = {key: sum(r["read_stats"][key] for r in results) for key in results[0]["read_stats"]
+                      if key != "files"}
+        read_stats = {"files": [_display(p) for p in source.paths], **read_stats}
+    digest = hashlib.sha256("\n".join(digests).encode()).hexdigest()
+    report = assemble_report(pool_stats, merge_row_summaries(rows), merge_line_sketches(lines), read_stats,
+                             settings, digest)
+    report["splits"] = splits
+    report["warnings"] = _warnings(pool_stats, splits, settings)
+    return report
+
+
+def _warnings(pool_stats: list[dict], splits: dict, settings: dict) -> list[str]:
+    messages = []
+    lonely = sum(1 for s in pool_stats if s["pool_documents"] == 1 and s["instances"] > 0)
+    if lonely:
+        messages.append(f"{lonely} pool(s) have a single non-empty document: random-next segments there come from "
+                        "the same document; use more documents per shard (fewer shards) or a larger pool_size")
+    if settings["eval_fraction"] > 0 and splits.get("validation", {}).get("rows", 0) == 0:
+        messages.append("no document was held out for validation: the corpus has too few documents for "
+                        f"eval_fraction {settings['eval_fraction']}")
+    for message in messages:
+        warnings.warn(message, UserWarning, stacklevel=4)
+    return messages
+
+
+def _finish_output(output: str, tokenizer, facts: TokenizerFacts, source, settings: dict, results: list[dict],
+                   report: dict) -> None:
+    """The client's part: tokenizer files, manifest, report and card (the shards are in place already)."""
+    with tempfile.TemporaryDirectory(prefix="hfbert-tokenizer-") as scratch:
+        tokenizer.save_pretrained(scratch)
+        files = {path.name: path.read_bytes() for path in sorted(Path(scratch).iterdir()) if path.is_file()}
+    for name, data in files.items():
+        write_atomically(output, name, data)
+    specials = {name: getattr(tokenizer, f"{name}_token_id") for name in ("pad", "unk", "cls", "sep", "mask")}
+    splits = {}
+    for split in SPLITS:
+        entries = [r["splits"][split] for r in results if split in r["splits"]]
+        if entries:
+            keep = ("file", "rows", "tokens", "digest", "sha256", "bytes", "row_groups")
+            splits[split] = {"rows": sum(e["rows"] for e in entries), "tokens": sum(e["tokens"] for e in entries),
+                             "shards": [{key: e[key] for key in keep} for e in entries]}
+    input_description = source.describe()
+    if "files" in input_description:
+        input_description["files"] = [_display(p) for p in input_description["files"]]
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "settings": settings,
+        "input": input_description,
+        "tokenizer": {"sha256": hashlib.sha256(files["tokenizer.json"]).hexdigest(), "vocab_size": len(facts.vocab),
+                      "special_token_ids": specials, "files": sorted(files)},
+        "columns": {field.name: str(field.type) for field in settings_schema(settings)},
+        "splits": splits,
+        "report": report,
+    }
+    write_atomically(output, "report.json", (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode())
+    write_atomically(output, "report.txt", render_report(report).encode())
+    write_atomically(output, "README.md", _dataset_card(manifest).encode())
+    write_atomically(output, MANIFEST, (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode())
+    _remove_leftovers(output)
+
+
+def settings_schema(settings: dict) -> pa.Schema:
+    return output_features(settings["masking"], settings["whole_word_mask"]).arrow_schema
+
+
+def _remove_leftovers(output: str) -> None:
+    """Temporary files of tasks that died mid-write (their retries wrote the shard again)."""
+    if "://" in output:
+        fs, root = _fs(output)
+        for path in fs.glob(f"{root.rstrip('/')}/data/.*.tmp"):
+            fs.rm(path)
+        return
+    for path in (Path(output) / "data").glob(".*.tmp"):
+        path.unlink(missing_ok=True)
+
+
+def _dataset_card(manifest: dict) -> str:
+    settings, splits = manifest["settings"], manifest["splits"]
+    files = "\n".join(f"  - split: {split}\n    path: data/{split}-*" for split in splits)
+    rows = "\n".join(f"| {split} | {info['rows']:,} | {info['tokens']:,} | {len(info['shards'])} |"
+                     for split, info in splits.items())
+    shown = ("max_seq_length", "masking", "dupe_factor", "masked_lm_prob", "max_predictions_per_seq",
+             "short_seq_prob", "whole_word_mask", "eval_fraction", "num_shards", "seed")
+    table = "\n".join(f"| `{key}` | `{json.dumps(settings[key])}` |" for key in shown)
+    return f"""---
+configs:
+- config_name: default
+  data_files:
+{files}
+tags:
+- hfbert
+- bert-pretraining
+---
+
+# BERT pretraining examples (hfbert)
+
+Next-sentence-prediction pairs and masked-LM examples built by `hfbert prepare` with the algorithm of Google's
+`create_pretraining_data.py`, one sequence length per folder. `hfbert_prepare.json` holds every build setting,
+the tokenizer's fingerprint and a digest of every shard; `report.txt` is the health report of the build.
+
+| split | rows | tokens | shards |
+|---|---|---|---|
+{rows}
+
+| setting | value |
+|---|---|
+{table}
+
+```python
+from hfbert.data import PreparedCorpus
+
+corpus = PreparedCorpus.open("path/or/user-name/repo")
+batch = corpus.rows("train", [0, 1, 2])
+```
+
+`datasets.load_dataset("path/or/user-name/repo")` reads the same Parquet files.
+"""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading
+
+
+class PreparedCorpus:
+    """A prepared folder opened for reading (see the module docstring); use :meth:`open`."""
+
+    #: Decoded row groups kept per corpus (a few MB each at most).
+    CACHED_GROUPS = 16
+
+    def __init__(self, path: Path, manifest: dict):
+        self.path = Path(path)
+        self.manifest = manifest
+        self._offsets = {split: np.concatenate(([0], np.cumsum([s["rows"] for s in info["shards"]])))
+                         for split, info in manifest["splits"].items()}
+        self._files: dict[tuple[str, int], tuple[pq.ParquetFile, np.ndarray]] = {}
+        self._groups: OrderedDict[tuple[str, int, int], pa.Table] = OrderedDict()
+
+    @classmethod
+    def open(cls, dir_or_repo_id: str | Path, *, revision: str | None = None, token: str | None = None,
+             endpoint: str | None = None) -> PreparedCorpus:
+        """A local prepared folder, or a Hub dataset repo (downloaded with ``snapshot_download`` into the Hub
+        cache).  Checks the manifest and that every shard it lists is present with its size; a corrupted page is
+        found by its checksum when read (:meth:`verify` checks every byte)."""
+        path = Path(dir_or_repo_id)
+        if not path.is_dir():
+            if not _REPO_ID.match(str(dir_or_repo_id)):
+                raise FileNotFoundError(f"prepared folder not found: {dir_or_repo_id}")
+            path = Path(snapshot_download(str(dir_or_repo_id), repo_type="dataset", revision=revision, token=token,
+                                          endpoint=endpoint))
+        manifest_path = path / MANIFEST
+        if not manifest_path.is_file():
+            raise PreparedDataError(f"{path} is not a prepared folder: it has no {MANIFEST} (build it with "
+                                    "`hfbert prepare`)")
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise PreparedDataError(f"{manifest_path}: not valid JSON ({err})") from None
+        if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+            raise PreparedDataError(f"{manifest_path}: format {manifest.get('format')!r} version "
+                                    f"{manifest.get('format_version')!r}; this hfbert reads {FORMAT!r} version "
+                                    f"{FORMAT_VERSION}")
+        for split, info in manifest["splits"].items():
+            for shard in info["shards"]:
+                file = path / shard["file"]
+                if not file.is_file():
+                    raise PreparedDataError(f"shard {shard['file']} of {path} is missing (the manifest lists "
+                                            f"{len(info['shards'])} {split} shards)")
+                if file.stat().st_size != shard["bytes"]:
+                    raise PreparedDataError(f"shard {shard['file']} of {path} has {file.stat().st_size} bytes, the "
+                                            f"manifest says {shard['bytes']}: the file is truncated or was replaced")
+        return cls(path, manifest)
+
+    # -- what it holds ----------------------------------------------------------------------------------
+    @property
+    def settings(self) -> dict:
+        return self.manifest["settings"]
+
+    @property
+    def max_seq_length(self) -> int:
+        return int(self.settings["max_seq_length"])
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.manifest["splits"])
+
+    def num_rows(self, split: str = "train") -> int:
+        return int(self._offsets[self._split(split)][-1])
+
+    def load_tokenizer(self):
+        """The tokenizer the rows were built with (its fingerprint is checked against the manifest)."""
+        digest = hashlib.sha256((self.path / "tokenizer.json").read_bytes()).hexdigest()
+        if digest != self.manifest["tokenizer"]["sha256"]:
+            raise PreparedDataError(f"{self.path / 'tokenizer.json'} is not the tokenizer the corpus was built with "
+                                    f"(sha256 {digest[:12]}..., the manifest says "
+                                    f"{self.manifest['tokenizer']['sha256'][:12]}...)")
+        return AutoTokenizer.from_pretrained(str(self.path))
+
+    def check_model_config(self, config) -> None:
+        """Raise ValueError naming both values when a model config disagrees with the corpus's tokenizer."""
+        expected = self.manifest["tokenizer"]
+        if config.vocab_size != expected["vocab_size"]:
+            raise ValueError(f"the model's vocab_size ({config.vocab_size}) differs from the vocabulary of the "
+                             f"prepared corpus {self.path} ({expected['vocab_size']}); build the model with "
+                             f"vocab_size={expected['vocab_size']}")
+        pad = getattr(config, "pad_token_id", None)
+        if pad is not None and pad != expected["special_token_ids"]["pad"]:
+            raise ValueError(f"the model's pad_token_id ({pad}) differs from the prepared corpus's [PAD] id "
+                             f"({expected['special_token_ids']['pad']}, {self.path})")
+
+    # -- rows -------------------------------------------------------------------------------------------
+    def rows(self, split: str, indices) -> list[dict[str, Any]]:
+        """The rows at global indices ``indices`` of ``split`` (in that order), as dicts of Python lists."""
+        table = self.read(split, indices)
+        return table.to_pylist()
+
+    def read(self, split: str, indices) -> pa.Table:
+        """:meth:`rows` as an Arrow table (no conversion to Python objects)."""
+        split = self._split(split)
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        total = self.num_rows(split)
+        if len(indices) and (indices.min() < 0 or indices.max() >= total):
+            bad = int(indices[(indices < 0) | (indices >= total)][0])
+            raise IndexError(f"row {bad} is outside the {split} split of {self.path} ({total} rows)")
+        offsets = self._offsets[split]
+        shard_of = np.searchsorted(offsets, indices, side="right") - 1
+        local = indices - offsets[shard_of]
+        pieces, order = [], []
+        for shard in np.unique(shard_of).tolist():
+            in_shard = np.flatnonzero(shard_of == shard)
+            _, ends = self._file(split, shard)
+            group_of = np.searchsorted(ends, local[in_shard], side="right")
+            for group in np.unique(group_of).tolist():
+                members = in_shard[group_of == group]
+                start = ends[group - 1] if group else 0
+                pieces.append(self._group(split, shard, group).take(pa.array(local[members] - start)))
+                order.append(members)
+        if not pieces:
+            return self._file(split, 0)[0].schema_arrow.empty_table()
+        table = pa.concat_tables(pieces)
+        return table.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
+
+    def verify(self) -> None:
+        """Check every shard's bytes against the manifest's sha256 (reads the whole corpus once)."""
+        for info in self.manifest["splits"].values():
+            for shard in info["shards"]:
+                digest = hashlib.sha256()
+                with open(self.path / shard["file"], "rb") as handle:
+                    for block in iter(lambda: handle.read(1 << 22), b""):
+                        digest.update(block)
+                if digest.hexdigest() != shard["sha256"]:
+                    raise PreparedDataError(f"shard {shard['file']} of {self.path} is corrupt: its sha256 differs "
+                                            "from the manifest's; re-download or rebuild it")
+
+    def _split(self, split: str) -> str:
+        if split not in self._offsets:
+            raise KeyError(f"the prepared corpus {self.path} has no {split!r} split (splits: {self.splits})")
+        return split
+
+    def _file(self, split: str, shard: int) -> tuple[pq.ParquetFile, np.ndarray]:
+        key = (split, shard)
+        if key not in self._files:
+            name = self.manifest["splits"][split]["shards"][shard]["file"]
+            try:
+                file = pq.ParquetFile(self.path / name, memory_map=True, page_checksum_verification=True)
+            except (OSError, pa.ArrowException) as err:
+                raise PreparedDataError(f"shard {name} of {self.path} is corrupt: {err}") from None
+            groups = [file.metadata.row_group(g).num_rows for g in range(file.metadata.num_row_groups)]
+            self._files[key] = (file, np.cumsum(groups, dtype=np.int64))
+        return self._files[key]
+
+    def _group(self, split: str, shard: int, group: int) -> pa.Table:
+        key = (split, shard, group)
+        if key in self._groups:
+            self._groups.move_to_end(key)
+            return self._groups[key]
+        file, _ = self._file(split, shard)
+        try:
+            table = file.read_row_group(group)
+        except (OSError, pa.ArrowException) as err:
+            name = self.manifest["splits"][split]["shards"][shard]["file"]
+            raise PreparedDataError(f"shard {name} of {self.path} is corrupt (row group {group}: {err}); "
+                                    "re-download or rebuild it") from None
+        self._groups[key] = table
+        if len(self._groups) > self.CACHED_GROUPS:
+            self._groups.popitem(last=False)
+        return table
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The Hub
+
+
+def push_prepared(folder: str | Path, repo_id: str, *, token: str | None = None, revision: str | None = None,
+                  private: bool = False, endpoint: str | None = None, commit_message: str | None = None):
+    """Upload a prepared folder as a Hub *dataset* repo (created when missing); returns the commit info.
+    :meth:`PreparedCorpus.open` and ``load_dataset`` read it back by its id."""
+    corpus = PreparedCorpus.open(folder)  # never upload a folder that does not read back
+    api = HfApi(endpoint=endpoint, token=token)
+    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+    if revision is not None:
+        api.create_branch(repo_id, repo_type="dataset", branch=revision, exist_ok=True)
+    rows = {split: corpus.num_rows(split) for split in corpus.splits}
+    return api.upload_folder(folder_path=str(corpus.path), repo_id=repo_id, repo_type="dataset", revision=revision,
+                             commit_message=commit_message or f"hfbert prepare: {rows}")
