@@ -1,0 +1,326 @@
+"""The house rules that no single module owns: the package works installed from a wheel, every command's settings
+and errors follow one system, the card templates ship inside the package, and the product speaks only of itself."""
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hfbert import cli
+from hfbert.arguments import CommandParser, UsageError, run_command
+from hfbert.modelcard import _CARD_SETTINGS, TEMPLATE_DIR, render_model_card, template_path
+from hfbert.pretrain.config import PretrainConfig
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "hfbert"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The product speaks of itself: no issue numbers, no history of the work, no workspace paths
+
+SCANNED = ("hfbert", "recipes", "scripts", "docs", "README.md")
+FORBIDDEN = {
+    "an issue number": r"\bissues?\s*#?\d+",
+    "the issue's goals": r"\bthe issue'?s\b",
+    "a specification seed": r"\bseeds?/|\bseeds? 0\d\d\b",
+    "a workspace path": r"\.\./shared|\bshared/data\b|/work/",
+    "a work session": r"(?<!python )(?<!http )(?<!\.)\bsessions?\b",  # a Python or HTTP session is fine
+    "the history of the work": r"\b(?:before|after) the fix\b|\b(?:last|previous|earlier) (?:session|round)\b",
+    "goals of the work": r"\btargets? (?:is |are |was |were )?(?:not )?met\b|^#+\s*targets\b|\|\s*target\s*\|.*\bmet\b",
+}
+# Code comments do not quote one machine's timings; docs do, with the command that made them.
+FORBIDDEN_IN_CODE = {"one machine's timings": r"\b\d+-core\b|\bour (?:[\w-]+ )?(?:machine|box|cpu)\b"}
+
+
+def _text_files(*roots: str):
+    for root in roots:
+        path = REPO / root
+        for file in sorted([path] if path.is_file() else path.rglob("*")):
+            if not file.is_file() or "__pycache__" in file.parts:
+                continue
+            data = file.read_bytes()
+            if b"\0" in data[:8192]:
+                continue  # binary (a figure, a compressed corpus)
+            try:
+                yield file, data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+
+
+def _hits(files, patterns: dict[str, str]) -> list[str]:
+    found = []
+    for file, text in files:
+        for number, line in enumerate(text.splitlines(), 1):
+            for what, pattern in patterns.items():
+                if re.search(pattern, line, flags=re.IGNORECASE):
+                    found.append(f"{file.relative_to(REPO)}:{number}: {what}: {line.strip()[:120]}")
+    return found
+
+
+def test_the_product_speaks_only_of_itself():
+    hits = _hits(_text_files(*SCANNED), FORBIDDEN)
+    assert not hits, "words about the work rather than the product:\n" + "\n".join(hits)
+
+
+def test_code_comments_quote_no_machine_timings():
+    code = [(f, t) for f, t in _text_files("hfbert", "recipes", "scripts") if f.suffix == ".py"]
+    hits = _hits(code, FORBIDDEN_IN_CODE)
+    assert not hits, "timings of one machine belong in docs/:\n" + "\n".join(hits)
+
+
+def test_the_scan_finds_what_it_forbids(tmp_path):
+    samples = ["see issue 8", "issue #12", "the issue's targets", "spec in seeds/000", "seed 002, section 3",
+               "../shared/data/x.txt", "the last session", "before the fix", "| target | value | goal | met |",
+               "## Targets"]
+    for sample in samples:
+        assert _hits([(REPO / "x", sample)], FORBIDDEN), sample
+    clean = ["target length", "labels are the targets of the loss", "seed 42", "random seed", "the issue tracker",
+             "once per Python session", "requests.Session()"]
+    assert not _hits([(REPO / "x", "\n".join(clean))], FORBIDDEN)
+    assert _hits([(REPO / "x", "# 1.5x faster on our 2-core machine")], FORBIDDEN_IN_CODE)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The package stands alone
+
+
+def _levels_up(match: re.Match) -> int:
+    """How many folders above the file's own folder ``Path(__file__)...`` climbs."""
+    levels = 0
+    for step in re.findall(r"\.parents\[(\d+)\]|(\.parent)\b", match.group(0)):
+        levels += int(step[0]) + 1 if step[0] else 1
+    return levels - 1  # Path(__file__).parent is the file's own folder
+
+
+def test_no_path_leaves_the_package():
+    climbs = re.compile(r"Path\(__file__\)(?:\.resolve\(\)|\.absolute\(\))?(?:\.parents\[\d+\]|\.parent\b)+")
+    leaving = []
+    for file in PACKAGE.rglob("*.py"):
+        depth = len(file.relative_to(PACKAGE).parts) - 1  # folders between hfbert/ and the file
+        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+            for match in climbs.finditer(line):
+                if _levels_up(match) > depth:
+                    leaving.append(f"{file.relative_to(REPO)}:{number}: {line.strip()}")
+    assert not leaving, "paths above the package:\n" + "\n".join(leaving)
+    links = [str(p.relative_to(REPO)) for p in PACKAGE.rglob("*") if p.is_symlink()]
+    assert not links, f"symbolic links in the package (a wheel does not keep them): {links}"
+
+
+def test_card_templates_ship_in_the_package():
+    assert TEMPLATE_DIR.is_dir() and not TEMPLATE_DIR.is_symlink() and TEMPLATE_DIR.parent == PACKAGE
+    assert {p.name for p in TEMPLATE_DIR.glob("*.md")} == {"finetuned.md", "pretrained.md"}
+    assert template_path("finetuned.md") == TEMPLATE_DIR / "finetuned.md"
+    with pytest.raises(FileNotFoundError, match="packaged templates: finetuned.md, pretrained.md"):
+        template_path("missing.md")
+    # Every hyper-parameter the pretrained card lists is a setting of hfbert pretrain.
+    assert set(_CARD_SETTINGS) <= {f.name for f in dataclasses.fields(PretrainConfig)}
+
+
+EXAMPLE_CARD = REPO / "model_cards" / "example_finetuned.md"
+EXAMPLE_INPUTS = dict(
+    language="en", base_model="sentence-transformers/all-MiniLM-L6-v2",
+    metrics={"eval_accuracy": 0.8125, "eval_f1": 0.8, "eval_mcc": 0.625}, pipeline_tag="text-classification",
+    model_name="example-sentiment", task="text-classification", recipe="finetune_classification",
+    pipeline_task="text-classification", model_family="hfbert", preset=None,
+    train_data="train.jsonl (3000 rows)", eval_data="dev.jsonl (500 rows)", seed=42, epochs=1.0,
+    learning_rate=5e-5, batch_size=32, max_length=128, labels={0: "negative", 1: "positive"},
+    notes=["4 of 3000 train texts are longer than 128 tokens and were truncated (their tail is not seen)"],
+)
+
+
+def write_example_card(path: Path = EXAMPLE_CARD) -> None:
+    render_model_card("finetuned.md", **EXAMPLE_INPUTS).save(path)
+
+
+def test_the_example_card_is_the_template_rendered(tmp_path):
+    write_example_card(tmp_path / "card.md")
+    assert EXAMPLE_CARD.read_text() == (tmp_path / "card.md").read_text(), (
+        "model_cards/example_finetuned.md is generated: run `python tests/test_house.py` to render it again")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One settings system; one-line errors
+
+
+@dataclasses.dataclass
+class _Settings:
+    source: str = dataclasses.field(metadata={"positional": True, "help": "a folder"})
+    corpus: list[str] = dataclasses.field(metadata={"help": "files"})
+    max_seq_length: int = dataclasses.field(default=128, metadata={"help": "tokens"})
+    output_dir: str = dataclasses.field(default="out", metadata={"help": "folder", "aliases": ["--output"]})
+    lowercase: bool = dataclasses.field(default=True, metadata={"help": "lower-case"})
+    model: dict = dataclasses.field(default_factory=dict, metadata={"help": "overrides"})
+
+    def __post_init__(self):
+        if self.max_seq_length < 8:
+            raise UsageError(f"--max_seq_length must be >= 8, got {self.max_seq_length}")
+
+
+def test_command_parser_spellings_positionals_and_config_files(tmp_path):
+    parser = CommandParser("hfbert demo", _Settings)
+    got = parser.parse_values(["src", "--corpus", "a", "b", "--max-seq-length", "64", "--output-dir", "o",
+                               "--no_lowercase", "--model", '{"hidden_size": 32}'])
+    assert got == _Settings("src", ["a", "b"], 64, "o", False, {"hidden_size": 32})
+    assert parser.parse_values(["src", "--corpus", "a", "--output", "p"]).output_dir == "p"  # the alias
+    config = tmp_path / "run.yaml"
+    config.write_text("source: from-file\ncorpus: [c.txt]\nmax-seq-length: 32\noutput: q\n")
+    got = CommandParser("hfbert demo", _Settings).parse_values(["--config", str(config), "--max_seq_length", "16"])
+    assert (got.source, got.corpus, got.max_seq_length, got.output_dir) == ("from-file", ["c.txt"], 16, "q")
+    config.write_text("corpus: [c.txt]\nmax_seq_len: 32\n")
+    with pytest.raises(UsageError, match=r"run.yaml: unknown setting\(s\) \['max_seq_len'\]"):
+        CommandParser("hfbert demo", _Settings).parse_values(["src", "--config", str(config)])
+    help_text = CommandParser("hfbert demo", _Settings).format_help()
+    assert "SOURCE" in help_text and "--output_dir OUTPUT_DIR, --output-dir OUTPUT_DIR, --output" in help_text
+    assert "(default: None)" not in help_text and "the same as --lowercase false" in help_text
+
+
+def test_command_parser_errors_are_one_line_with_status_2(capsys):
+    parser = CommandParser("hfbert demo", _Settings)
+    for argv, message in ((["src", "--corpus", "a", "--max_seq_length", "4"], "--max_seq_length must be >= 8"),
+                          (["src"], "the following arguments are required: --corpus"),
+                          (["src", "--corpus", "a", "--max_seq_length", "x"], "invalid int value: 'x'"),
+                          (["src", "--corpus", "a", "--bogus"], "unrecognized arguments: --bogus")):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.startswith("hfbert demo: error: ") and message in err, err
+        assert err.count("\n") == 1, err
+
+    def body():
+        raise UsageError("data.txt:3: a line that is not JSON\n(the second line of the message)")
+
+    assert run_command("hfbert demo", body) == 2
+    assert capsys.readouterr().err == "hfbert demo: error: data.txt:3: a line that is not JSON (the second line " \
+                                      "of the message)\n"
+
+
+def test_dispatcher_help_version_and_unknown_command(capsys, monkeypatch):
+    assert cli.main(["--help"]) == 0
+    shown = capsys.readouterr().out
+    assert all(f"  {name} " in shown for name in cli.COMMANDS)
+    assert cli.main(["--version"]) == 0 and re.fullmatch(r"\d+\.\d+\.\d+\S*\n", capsys.readouterr().out)
+    assert cli.main(["pretrian"]) == 2
+    assert capsys.readouterr().err == ("hfbert: error: unknown command 'pretrian'; choose from "
+                                       f"{', '.join(cli.COMMANDS)} (hfbert --help)\n")
+    # A usage error a command lets through still comes out as one line under the command's name.
+    monkeypatch.setitem(cli.COMMANDS, "demo", ("test_house:_raising_command", "raises"))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    assert cli.main(["demo"]) == 2 and capsys.readouterr().err == "hfbert demo: error: bad --x\n"
+
+
+def _raising_command(argv):
+    raise UsageError("bad --x")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The wheel: installed (not editable) into a fresh environment, every command run from an unrelated folder
+
+TINY_MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37}
+
+# Runs inside the fresh environment, in an empty folder: every command's --help, then a tiny real job of each kind.
+INSTALLED_RUN = """
+import contextlib, gzip, io, json, sys
+from importlib.resources import files
+from pathlib import Path
+
+import hfbert
+from hfbert.cli import COMMANDS, main
+
+venv, tiny_model = Path(sys.argv[1]), json.loads(sys.argv[2])
+assert Path(hfbert.__file__).resolve().is_relative_to(venv.resolve()), hfbert.__file__
+for name in COMMANDS:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            code = main([name, "--help"])
+        except SystemExit as exit:
+            code = exit.code
+    assert code in (0, None) and f"usage: hfbert {name}" in out.getvalue(), (name, code, out.getvalue()[-300:])
+
+with gzip.open(files("hfbert") / "corpora" / "en_austen_6novels.txt.gz", "rt", encoding="utf-8") as f:
+    lines = [next(f) for _ in range(400)]
+Path("corpus.txt").write_text("".join(lines), encoding="utf-8")
+assert main(["train-tokenizer", "--input", "corpus.txt", "--vocab_size", "400", "--output_dir", "tok",
+             "--no_progress_bar"]) == 0
+assert main(["prepare", "--input", "corpus.txt", "--tokenizer", "tok", "--output", "prepared",
+             "--max-seq-length", "64", "--dupe-factor", "1"]) == 0
+Path("pretrain.json").write_text(json.dumps({
+    "corpus": ["corpus.txt"], "input_layout": "paragraphs", "document_boundary": "chapter", "tokenizer": "tok",
+    "preset": "tiny", "model": tiny_model, "batch_size": 4, "max_seq_length": 32, "max_steps": 2,
+    "logging_steps": 1, "eval_steps": 2, "save_steps": 2, "max_time_minutes": None, "eval_fraction": 0.2,
+    "max_eval_examples": 8, "progress_bar": False, "report_to": ["jsonl"], "output_dir": "pretrained",
+    "fill_mask_text": "She was [MASK] happy."}))
+assert main(["pretrain", "--config", "pretrain.json"]) == 0
+assert main(["convert", "pretrained", "as_bert"]) == 0
+print(json.dumps({
+    "card": Path("pretrained/README.md").read_text(encoding="utf-8"),
+    "converted": json.loads(Path("as_bert/config.json").read_text())["model_type"],
+    "prepared": sorted(p.name for p in Path("prepared").iterdir()),
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A wheel of the working tree, installed with pip into a new environment that sees the dependencies already
+    installed here but not this checkout (whose editable install is a .pth hook the new environment never runs)."""
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "source"
+    shutil.copytree(PACKAGE, source / "hfbert", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(root / "dist"),
+                    str(source)], check=True, capture_output=True, timeout=300)
+    (wheel,) = (root / "dist").glob("hfbert-*.whl")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    # A path line only extends sys.path: the .pth files in that folder (the editable hfbert) are not run.
+    Path(purelib, "_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # --ignore-installed: never touch (uninstall) the editable hfbert that the dependency folder lists.
+    subprocess.run([python, "-m", "pip", "--disable-pip-version-check", "--quiet", "install", "--no-deps",
+                    "--no-index", "--ignore-installed", str(wheel)], check=True, capture_output=True, timeout=300)
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "PYTEST"))}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(root / "hf"), TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    return venv, wheel, env
+
+
+def test_the_wheel_ships_the_templates_and_the_corpus(installed):
+    venv, wheel, _ = installed
+    names = set(subprocess.run([sys.executable, "-m", "zipfile", "-l", str(wheel)], capture_output=True, text=True,
+                               check=True).stdout.split())
+    assert {"hfbert/model_cards/finetuned.md", "hfbert/model_cards/pretrained.md",
+            "hfbert/corpora/en_austen_6novels.txt.gz"} <= names
+
+
+def test_every_command_runs_from_the_installed_wheel(installed, tmp_path):
+    venv, _, env = installed
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    shown = subprocess.run([venv / "bin" / "hfbert", "--help"], cwd=work, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert shown.returncode == 0 and "usage: hfbert <command>" in shown.stdout, shown.stderr
+    (work / "run.py").write_text(textwrap.dedent(INSTALLED_RUN))
+    done = subprocess.run([venv / "bin" / "python", "run.py", str(venv), json.dumps(TINY_MODEL)], cwd=work,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["converted"] == "bert"
+    assert "masked language modelling" in result["card"]  # rendered from the template inside the wheel
+    assert result["prepared"], "hfbert prepare wrote nothing"
+
+
+if __name__ == "__main__":
+    write_example_card()
+    print(f"wrote {EXAMPLE_CARD}")
