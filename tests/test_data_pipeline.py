@@ -1,14 +1,13 @@
 """build_pretraining_dataset end to end on real text (Austen, People's Daily): determinism, statistics with
-stated tolerances, streaming, Chinese whole-word masking, bad input, the report and the CLI."""
+stated tolerances, streaming, Chinese whole-word masking, bad input and the report (the command: test_data_prepared)."""
 
 import itertools
-import json
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
-from datasets import Dataset, load_from_disk
+from datasets import Dataset
 from datasets.utils.logging import disable_progress_bar
 from transformers import BertTokenizerFast
 
@@ -22,7 +21,6 @@ from hfbert.data import (
     pool_bounds,
     read_people_daily,
 )
-from hfbert.data.cli import main as prepare_main
 
 disable_progress_bar()
 AUSTEN_LINES = 2500  # Emma's first ~20 chapters: ~230k tokens, enough for the tolerances below
@@ -292,23 +290,6 @@ def test_text_column_documents_are_split_into_sentences(en_tok):
                                             "Another document entirely. Short one."]})
     dataset, report = build_pretraining_dataset(documents, en_tok, dupe_factor=1, return_report=True)
     assert report["sentences"]["used"] == 11 and report["documents"]["used"] == 2 and len(dataset) >= 2
-
-
-def test_cli_writes_arrow_dataset_and_report(tmp_path, en_tok, austen):
-    tokenizer_dir = tmp_path / "tok"
-    en_tok.save_pretrained(tokenizer_dir)
-    out = tmp_path / "out"
-    code = prepare_main(["--input", str(austen), "--tokenizer", str(tokenizer_dir), "--output", str(out),
-                         "--layout", "paragraphs", "--boundary", "chapter", "--max-seq-length", "64",
-                         "--dupe-factor", "1", "--masking", "static", "--num-proc", "1", "--whole-word-mask",
-                         "--seed", "5", "--pool-size", "8"])
-    assert code == 0
-    dataset = load_from_disk(str(out))
-    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
-    assert len(dataset) == report["instances"]["total"] and max(map(len, dataset["input_ids"])) <= 64
-    assert report["settings"]["whole_word_mask"] is True and report["digest"] == content_digest(dataset)
-    text = (out / "report.txt").read_text(encoding="utf-8")
-    assert "checks: all counts add up" in text and "random next" in text
 
 
 def test_batches_train_hfbert_for_pretraining(static_build, en_tok):

@@ -50,7 +50,7 @@ from .pipeline import DEFAULT_POOL_SIZE, PoolBuilder, TokenizerFacts, _check_arg
 from .report import assemble_report, merge_line_sketches, merge_row_summaries, render_report
 from .segmenters import JiebaSegmenter, PreSegmented
 from .shards import ROW_GROUP_SIZE, SPLITS, ShardTask, build_shard, features_metadata, write_atomically
-from .sources import BUILTIN_CORPUS, DocumentRows, TextFiles, resolve_input
+from .sources import BUILTIN_CORPUS, TextFiles, resolve_input
 
 __all__ = ["MANIFEST", "PreparedCorpus", "PreparedDataError", "auto_num_shards", "prepare_corpus", "push_prepared"]
 
@@ -166,10 +166,12 @@ def prepare_corpus(
         "seed": seed, "num_shards": num_shards, "eval_fraction": eval_fraction,
         "validation_dupe_factor": 1, "row_group_size": ROW_GROUP_SIZE,
     }
-    report = _report(results, source, settings)
-    if report["documents"]["used"] == 0:
+    used = sum(s["documents"] - s["empty_documents"] for r in results for entry in r["splits"].values()
+               for s in entry["pool_stats"])
+    if used == 0:
         _remove_outputs(output)
         raise CorpusError(f"{_input_name(source)}: the input has no documents (no line of text)")
+    report = _report(results, source, settings)
     _finish_output(output, tokenizer, facts, source, settings, results, report)
     return Path(output) if "://" not in output else output
 

@@ -217,7 +217,7 @@ def _checks(report: dict, total: dict, rows: int) -> dict:
         checks["read_documents_match"] = read["documents"] == docs["total"]
     actions = report.get("mask_actions")
     if actions:
-        checks["mask_actions_add_up"] = actions["selected"] == report["masked_per_sequence"]["sum"]
+        checks["mask_actions_add_up"] = actions["selected"] == report["masked_per_sequence"].get("sum", 0)
     return checks
 
 
