@@ -9,6 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from hub_server import run_client, start_hub
+from transformers import pipeline
+
+import hfbert.tasks
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37}
@@ -60,7 +65,7 @@ def _jsonl(path, rows):
 
 
 def _args(data_dir, out, *extra, epochs=10, lr="3e-3"):
-    return ["--preset", "tiny", "--config_overrides", json.dumps(TINY), "--tokenizer_name", str(data_dir / "vocab.txt"),
+    return ["--preset", "tiny", "--config_overrides", json.dumps(TINY), "--tokenizer", str(data_dir / "vocab.txt"),
             "--output_dir", str(out), "--num_train_epochs", str(epochs), "--learning_rate", lr,
             "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "16", "--report_to", "none",
             "--save_strategy", "no", "--use_cpu", "true", "--seed", "0", "--disable_tqdm", "true",
@@ -73,8 +78,6 @@ def _read_jsonl(path):
 
 # ------------------------------------------------------------------------------------------ classification
 def test_classification_learns_writes_a_hub_folder_and_the_pipeline_agrees(data_dir, tmp_path):
-    from transformers import pipeline
-
     out = tmp_path / "cls"
     metrics = _recipe("finetune_classification").main(_args(
         data_dir, out, "--train_file", str(data_dir / "train.jsonl"), "--validation_file", str(data_dir / "dev.jsonl")))
@@ -93,8 +96,6 @@ def test_classification_learns_writes_a_hub_folder_and_the_pipeline_agrees(data_
 
 
 def test_pair_regression_from_a_yaml_file_with_transformers_classes(data_dir, tmp_path):
-    import yaml
-
     out = tmp_path / "reg"
     args = _args(data_dir, out, "--train_file", str(data_dir / "train.jsonl"), "--validation_file",
                  str(data_dir / "dev.jsonl"), "--label_column", "valence", "--text_pair_column", "other",
@@ -159,8 +160,6 @@ def _ner_rows(rng, n, long_every=0):
 
 
 def test_ner_windows_long_sentences_and_the_pipeline_agrees(data_dir, tmp_path):
-    from transformers import pipeline
-
     rng = random.Random(1)
     _jsonl(tmp_path / "train.jsonl", _ner_rows(rng, 48, long_every=8))
     dev = _ner_rows(rng, 12, long_every=6)
@@ -203,9 +202,6 @@ def _squad(rng, n, with_bad=False):
 
 
 def test_qa_v2_recipe_and_the_question_answering_pipeline_agree(data_dir, tmp_path):
-    import hfbert.tasks
-    from transformers import pipeline
-
     rng = random.Random(2)
     (tmp_path / "train.json").write_text(json.dumps(_squad(rng, 40, with_bad=True)))
     dev = _squad(rng, 10)
@@ -260,8 +256,6 @@ def test_multiple_choice(data_dir, tmp_path):
 # --------------------------------------------------------------------------------------------- push_to_hub
 def test_push_to_hub_passes_through_to_trainer_and_keeps_the_hfbert_card(data_dir, tmp_path):
     """`--push_to_hub` on the local Hub-protocol server (tests/hub_server.py), in a process that is online to it."""
-    from hub_server import run_client, start_hub
-
     hub, httpd = start_hub()
     try:
         out = tmp_path / "pushed"

@@ -38,10 +38,18 @@ def test_model_arguments_are_checked_up_front():
         "hidden_size": 32}
 
 
-def test_json_argument_file(tmp_path):
+def test_json_argument_file(tmp_path, capsys):
     (tmp_path / "args.json").write_text(json.dumps({"model_name_or_path": "m", "model_family": "transformers"}))
     (model_args,) = parse_args((ModelArguments,), [str(tmp_path / "args.json")])
     assert model_args.model_family == "transformers"
+    # --tokenizer as in hfbert pretrain/prepare; transformers' examples' --tokenizer_name still works
+    (tmp_path / "args.yaml").write_text("preset: tiny\ntokenizer_name: v.txt\n")
+    assert parse_args((ModelArguments,), [str(tmp_path / "args.yaml")])[0].tokenizer == "v.txt"
+    assert parse_args((ModelArguments,), ["--preset", "tiny", "--tokenizer-name", "w.txt"])[0].tokenizer == "w.txt"
+    with pytest.raises(SystemExit) as exc:
+        parse_args((ModelArguments,), ["--model_name_or_path", "m", "--config_overrides", "{hidden: 3"], prog="recipe")
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.startswith("recipe: error: --config_overrides is not valid JSON")
 
 
 def test_card_renders_metadata_and_keeps_local_paths_out_of_the_header(tmp_path):

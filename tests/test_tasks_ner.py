@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from transformers import AutoTokenizer
 
 from hfbert.tasks import (
     align_labels,
@@ -20,8 +21,6 @@ L2I = {label: i for i, label in enumerate(LABELS)}
 
 @pytest.fixture(scope="module")
 def tokenizer(minilm_path):
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(minilm_path)
 
 

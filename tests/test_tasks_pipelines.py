@@ -4,6 +4,7 @@ the recipes' tests compare pipelines with trained models' evaluations)."""
 import pytest
 import torch
 from transformers import pipeline
+from transformers.pipelines import PIPELINE_REGISTRY
 
 import hfbert
 from hfbert.tasks import encode_sentences, register_pipelines
@@ -75,8 +76,6 @@ def test_text_and_token_classification_pipelines_load_hfbert_heads(tokenizer, tm
 
 
 def test_question_answering_is_registered_and_decodes_legal_spans(tokenizer, tmp_path):
-    from transformers.pipelines import PIPELINE_REGISTRY
-
     register_pipelines()
     register_pipelines()  # idempotent
     assert PIPELINE_REGISTRY.supported_tasks["question-answering"]["impl"] is ExtractiveQuestionAnsweringPipeline

@@ -84,6 +84,7 @@ def classification_metrics(predictions: np.ndarray, labels: np.ndarray, problem_
     ``predictions`` are the model's logits. Binary F1 is the F1 of class 1; with more classes it is the
     macro average (GLUE reports binary F1 for MRPC/QQP and MCC for CoLA).
     """
+    # scipy and scikit-learn are the optional `metrics` extra: only scoring needs them, not training or inference.
     from scipy.stats import pearsonr, spearmanr
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 

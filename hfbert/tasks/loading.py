@@ -10,6 +10,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import datasets
+import transformers
+from transformers import AutoTokenizer
+
+from .. import modeling_hfbert
+from ..configuration_hfbert import HfBertConfig
+from ..tokenization import bert_tokenizer_from_vocab
+
 # task -> (hfbert class, transformers class)
 TASK_CLASSES = {
     "sequence-classification": ("HfBertForSequenceClassification", "BertForSequenceClassification"),
@@ -33,8 +41,6 @@ def load_data(
 
     Splits are named ``train``/``validation``/``test``. A ``Dataset`` saved alone becomes ``train``.
     """
-    import datasets
-
     if dataset_dir is not None:
         if any(f is not None for f in (train_file, validation_file, test_file)):
             raise ValueError("give either dataset_dir or data files, not both")
@@ -64,11 +70,7 @@ def load_tokenizer(name_or_path: str, lowercase: bool = True):
     over a bare ``vocab.txt`` (``lowercase`` only applies to the latter)."""
     path = Path(name_or_path)
     if path.is_file():
-        from hfbert.tokenization import bert_tokenizer_from_vocab
-
         return bert_tokenizer_from_vocab(path, lowercase=lowercase)
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     if not tokenizer.is_fast:
         raise TypeError(f"{name_or_path} gives a slow tokenizer; fine-tuning needs offsets from a fast one")
@@ -90,10 +92,6 @@ def load_model(
     own initialiser (plain normal instead of truncated normal), so fresh models of the two families start
     from different weights even with the same seed.
     """
-    import transformers
-
-    import hfbert
-
     if task not in TASK_CLASSES:
         raise ValueError(f"unknown task {task!r}; expected one of {sorted(TASK_CLASSES)}")
     if model_family not in MODEL_FAMILIES:
@@ -101,11 +99,11 @@ def load_model(
     if (model_name_or_path is None) == (preset is None):
         raise ValueError("give exactly one of model_name_or_path (pretrained) or preset (fresh initialisation)")
     ours, theirs = TASK_CLASSES[task]
-    cls = getattr(hfbert, ours) if model_family == "hfbert" else getattr(transformers, theirs)
+    cls = getattr(modeling_hfbert, ours) if model_family == "hfbert" else getattr(transformers, theirs)
     overrides = dict(config_overrides or {})
     if model_name_or_path is not None:
         return cls.from_pretrained(model_name_or_path, **overrides, **head_kwargs)
-    config = hfbert.HfBertConfig.from_preset(preset, **overrides, **head_kwargs)
+    config = HfBertConfig.from_preset(preset, **overrides, **head_kwargs)
     if model_family == "transformers":
         config = config.to_bert_config()
     return cls(config)

@@ -141,7 +141,7 @@ def merge_word_predictions(
 
 def entity_scores(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]]) -> dict[str, float]:
     """Entity-level micro precision/recall/F1 (seqeval), token accuracy and per-type F1."""
-    from seqeval.metrics import accuracy_score, classification_report
+    from seqeval.metrics import accuracy_score, classification_report  # the optional `metrics` extra: scoring only
 
     if len(true_tags) != len(pred_tags) or any(len(a) != len(b) for a, b in zip(true_tags, pred_tags)):
         raise ValueError("true and predicted tag sequences differ in number or length")

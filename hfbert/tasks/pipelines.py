@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForQuestionAnswering, Pipeline
+from transformers import pipelines as tf_pipelines
 
 from .qa import postprocess_qa_predictions, prepare_qa_features
 
@@ -108,8 +109,6 @@ class ExtractiveQuestionAnsweringPipeline(Pipeline):
 
 def register_pipelines() -> None:
     """Register the extractive QA pipeline with transformers (idempotent; see the module docstring)."""
-    from transformers import pipelines as tf_pipelines
-
     registry = tf_pipelines.PIPELINE_REGISTRY
     for task in QA_TASKS:
         if registry.supported_tasks.get(task, {}).get("impl") is not ExtractiveQuestionAnsweringPipeline:
