@@ -167,3 +167,10 @@ def test_collator_static_examples_are_only_padded(tokenizer):
         DataCollatorForBertPretraining(tokenizer)([bad])
     with pytest.raises(ValueError, match="empty list"):
         DataCollatorForBertPretraining(tokenizer)([])
+
+
+def test_collator_takes_masked_lm_prob_and_the_old_name_with_a_warning(tokenizer):
+    assert DataCollatorForBertPretraining(tokenizer, masked_lm_prob=0.3).spec.masked_lm_prob == 0.3
+    with pytest.warns(DeprecationWarning, match="pass masked_lm_prob"):
+        old = DataCollatorForBertPretraining(tokenizer, mlm_probability=0.25)
+    assert old.spec.masked_lm_prob == 0.25

@@ -11,9 +11,11 @@ rebuilt from the stored positions.  Other examples are masked here, with candida
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import torch
 
 from .masking import MaskingSpec, continuation_table, mask_sequence
 
@@ -35,7 +37,7 @@ class DataCollatorForBertPretraining:
     def __init__(
         self,
         tokenizer,
-        mlm_probability: float = 0.15,
+        masked_lm_prob: float = 0.15,
         *,
         max_predictions_per_seq: int = 20,
         selection: str = "fixed",
@@ -45,7 +47,12 @@ class DataCollatorForBertPretraining:
         pad_to_multiple_of: int | None = None,
         seed: int | None = None,
         return_tensors: str = "pt",
+        mlm_probability: float | None = None,
     ):
+        if mlm_probability is not None:  # transformers' name for the same knob
+            warnings.warn("mlm_probability is deprecated: pass masked_lm_prob (the name used everywhere in hfbert)",
+                          DeprecationWarning, stacklevel=2)
+            masked_lm_prob = mlm_probability
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer has no pad token; batches cannot be padded")
         if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
@@ -53,7 +60,7 @@ class DataCollatorForBertPretraining:
         if return_tensors not in ("pt", "np"):
             raise ValueError(f"return_tensors must be 'pt' or 'np', got {return_tensors!r}")
         self.spec = MaskingSpec.from_tokenizer(
-            tokenizer, masked_lm_prob=mlm_probability, max_predictions_per_seq=max_predictions_per_seq,
+            tokenizer, masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions_per_seq,
             selection=selection, whole_word_mask=whole_word_mask, wwm_per_word_decision=wwm_per_word_decision,
             random_token_ids=random_token_ids)
         self.pad_token_id = int(tokenizer.pad_token_id)
@@ -65,8 +72,6 @@ class DataCollatorForBertPretraining:
     def _generator(self) -> np.random.Generator:
         if self._rng is not None:
             return self._rng
-        import torch
-
         return np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
 
     def __call__(self, examples: Sequence[Mapping]) -> dict:
@@ -91,8 +96,6 @@ class DataCollatorForBertPretraining:
         if "next_sentence_label" in examples[0]:
             batch["next_sentence_label"] = np.asarray([e["next_sentence_label"] for e in examples], dtype=np.int64)
         if self.return_tensors == "pt":
-            import torch
-
             return {name: torch.from_numpy(value) for name, value in batch.items()}
         return batch
 
