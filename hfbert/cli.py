@@ -1,5 +1,5 @@
 """The ``hfbert`` command. Thin: each subcommand is a ``main(argv)`` in the library module that owns the job,
-imported only when that subcommand runs (so ``hfbert --help`` stays fast)."""
+imported only when that subcommand runs, so one command never loads what only another one needs."""
 
 from __future__ import annotations
 
