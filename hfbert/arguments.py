@@ -106,7 +106,6 @@ class CommandParser(HfArgumentParser):
 
     def __init__(self, prog: str, dataclass_types, description: str | None = None):
         types_ = list(dataclass_types) if isinstance(dataclass_types, Sequence) else [dataclass_types]
-        self._structured: dict[str, Any] = {}
         super().__init__(types_, prog=prog, description=description, formatter_class=_HelpFormatter)
         for action in self._actions:  # HfArgumentParser gives --no_x the help of --x
             if isinstance(action, argparse._StoreFalseAction) and action.option_strings[0].startswith("--no_"):
@@ -166,6 +165,8 @@ class CommandParser(HfArgumentParser):
             unknown = sorted(set(values) - known)
             if unknown:
                 raise UsageError(f"{first.config}: unknown setting(s) {unknown}; run `{self.prog} --help` for the list")
+            hints = {name: hint for dtype in self.dataclass_types for name, hint in typing.get_type_hints(dtype).items()}
+            values = {key: _file_value(first.config, key, value, hints.get(key)) for key, value in values.items()}
             self.set_defaults(**values)
             for action in self._actions:  # what the file gives, the command line need not repeat
                 if action.dest in values and action.required:
@@ -183,6 +184,43 @@ class CommandParser(HfArgumentParser):
             except (TypeError, ValueError) as err:
                 raise UsageError(str(err)) from None
         return instances[0] if len(instances) == 1 else tuple(instances)
+
+
+_KINDS = {int: ("an integer", "integers"), float: ("a number", "numbers"), str: ("a string", "strings"),
+          bool: ("true or false", "true/false values")}
+
+
+def _file_value(path: str, key: str, value: Any, hint: Any) -> Any:
+    """A setting read from a file, checked against the field's type (scalars and lists of scalars): the command
+    line's own conversion never sees it, and a string where a number belongs would otherwise fail deep inside the
+    job. A float written the way YAML reads as a string (``5e-5``) is converted."""
+    if value is None or hint is None:
+        return value  # None: the dataclass decides whether the setting may be unset
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    args = tuple(arg for arg in args if arg is not type(None))
+    if len(args) != 1:
+        return value
+    hint = args[0]
+    if typing.get_origin(hint) is list and typing.get_args(hint) and typing.get_args(hint)[0] in _KINDS:
+        item = typing.get_args(hint)[0]
+        try:  # one value where a list belongs is a list of one, as on the command line
+            return [_file_value(path, key, v, item) for v in (value if isinstance(value, list) else [value])]
+        except UsageError:
+            raise UsageError(f"{path}: {key} must be a list of {_KINDS[item][1]}, got {value!r}") from None
+    if hint not in _KINDS:
+        return value
+    if hint is float and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if hint is bool or isinstance(value, bool):
+        ok = isinstance(value, bool) and hint is bool
+    else:
+        ok = isinstance(value, (int, float)) if hint is float else isinstance(value, hint)
+    if not ok:
+        raise UsageError(f"{path}: {key} must be {_KINDS[hint][0]}, got {value!r}")
+    return value
 
 
 def _add_positional(parser, field) -> None:

@@ -182,6 +182,18 @@ def test_command_parser_spellings_positionals_and_config_files(tmp_path):
     assert "(default: None)" not in help_text and "the same as --lowercase false" in help_text
 
 
+def test_settings_files_are_type_checked_naming_the_file_and_key(tmp_path):
+    config = tmp_path / "run.yaml"
+    for text, message in (("corpus: [a]\nmax_seq_length: long\n", "max_seq_length must be an integer, got 'long'"),
+                          ("corpus: [a]\nlowercase: 'no'\n", "lowercase must be true or false, got 'no'"),
+                          ("corpus: [1, 2]\n", "corpus must be a list of strings, got [1, 2]")):
+        config.write_text(text)
+        with pytest.raises(UsageError, match=re.escape(f"{config}: {message}")):
+            CommandParser("hfbert demo", _Settings).parse_values(["src", "--config", str(config)])
+    config.write_text("corpus: one.txt\n")  # one value where a list belongs, as on the command line
+    assert CommandParser("hfbert demo", _Settings).parse_values(["src", "--config", str(config)]).corpus == ["one.txt"]
+
+
 def test_command_parser_errors_are_one_line_with_status_2(capsys):
     parser = CommandParser("hfbert demo", _Settings)
     for argv, message in ((["src", "--corpus", "a", "--max_seq_length", "4"], "--max_seq_length must be >= 8"),
@@ -250,10 +262,11 @@ with gzip.open(files("hfbert") / "corpora" / "en_austen_6novels.txt.gz", "rt", e
 Path("corpus.txt").write_text("".join(lines), encoding="utf-8")
 assert main(["train-tokenizer", "--input", "corpus.txt", "--vocab_size", "400", "--output_dir", "tok",
              "--no_progress_bar"]) == 0
-assert main(["prepare", "--input", "corpus.txt", "--tokenizer", "tok", "--output", "prepared",
-             "--max-seq-length", "64", "--dupe-factor", "1"]) == 0
+assert main(["prepare", "--input", "corpus.txt", "--tokenizer", "tok", "--output_dir", "prepared",
+             "--input_layout", "paragraphs", "--document_boundary", "chapter", "--max_seq_length", "64",
+             "--dupe_factor", "1"]) == 0
 Path("pretrain.json").write_text(json.dumps({
-    "corpus": ["corpus.txt"], "input_layout": "paragraphs", "document_boundary": "chapter", "tokenizer": "tok",
+    "input": ["corpus.txt"], "input_layout": "paragraphs", "document_boundary": "chapter", "tokenizer": "tok",
     "preset": "tiny", "model": tiny_model, "batch_size": 4, "max_seq_length": 32, "max_steps": 2,
     "logging_steps": 1, "eval_steps": 2, "save_steps": 2, "max_time_minutes": None, "eval_fraction": 0.2,
     "max_eval_examples": 8, "progress_bar": False, "report_to": ["jsonl"], "output_dir": "pretrained",
@@ -318,7 +331,7 @@ def test_every_command_runs_from_the_installed_wheel(installed, tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["converted"] == "bert"
     assert "masked language modelling" in result["card"]  # rendered from the template inside the wheel
-    assert result["prepared"], "hfbert prepare wrote nothing"
+    assert "hfbert_prepare.json" in result["prepared"], result["prepared"]
 
 
 if __name__ == "__main__":
