@@ -39,22 +39,27 @@ _WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP
 
 
 def run_tasks(function: Callable[[Any], Any], tasks: Sequence, *, engine: str = "local", num_proc: int = 1,
-              scheduler: str | None = None, desc: str = "Building", unit: str = " shards") -> list:
-    """``[function(task) for task in tasks]``, run by the chosen engine (see the module docstring)."""
+              scheduler: str | None = None, desc: str = "Building", unit: str = " shards",
+              on_result: Callable[[Any], Any] | None = None) -> list:
+    """``[function(task) for task in tasks]``, run by the chosen engine (see the module docstring).
+
+    ``on_result`` is applied in this process to each result as it arrives, and what it returns is kept: a caller
+    folds large parts of the results into running totals there, so memory does not grow with the task count."""
+    keep = on_result or (lambda result: result)
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     if scheduler is not None and engine != "dask":
         raise ValueError("scheduler is the address of a Dask scheduler: it needs engine='dask'")
     with hf_tqdm(total=len(tasks), desc=desc, unit=unit) as progress:
         if engine == "dask":
-            return _run_dask(function, tasks, num_proc, scheduler, progress)
+            return _run_dask(function, tasks, num_proc, scheduler, progress, keep)
         if num_proc <= 1 or len(tasks) <= 1:
             results = []
             for task in tasks:
-                results.append(function(task))
+                results.append(keep(function(task)))
                 progress.update(1)
             return results
-        return _run_pool(function, tasks, num_proc, progress)
+        return _run_pool(function, tasks, num_proc, progress, keep)
 
 
 def _worker_setup() -> None:
@@ -71,14 +76,14 @@ def _context(function):
     return context
 
 
-def _run_pool(function, tasks: Sequence, num_proc: int, progress) -> list:
+def _run_pool(function, tasks: Sequence, num_proc: int, progress, keep) -> list:
     results: list = [None] * len(tasks)
     with ProcessPoolExecutor(max_workers=min(num_proc, len(tasks)), mp_context=_context(function),
                              initializer=_worker_setup) as pool:
         futures = {pool.submit(function, task): number for number, task in enumerate(tasks)}
         try:
             for future in as_completed(futures):
-                results[futures[future]] = future.result()
+                results[futures[future]] = keep(future.result())
                 progress.update(1)
         except BaseException:
             for future in futures:
@@ -95,7 +100,7 @@ def _dask():
     return distributed
 
 
-def _run_dask(function, tasks: Sequence, num_proc: int, scheduler: str | None, progress) -> list:
+def _run_dask(function, tasks: Sequence, num_proc: int, scheduler: str | None, progress, keep) -> list:
     distributed = _dask()
     cluster = None
     if scheduler is None:
@@ -108,7 +113,8 @@ def _run_dask(function, tasks: Sequence, num_proc: int, scheduler: str | None, p
             results: list = [None] * len(tasks)
             try:
                 for future in distributed.as_completed(futures):
-                    results[number[future.key]] = future.result()
+                    results[number[future.key]] = keep(future.result())
+                    future.release()  # the worker may forget it
                     progress.update(1)
             except BaseException:
                 client.cancel(futures)

@@ -26,13 +26,11 @@ any size into Parquet shards with the same :class:`PoolBuilder`.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import multiprocessing
 import warnings
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain
@@ -225,9 +223,8 @@ class PoolBuilder:
         ``first_index``: the index of the pool's first document in its stream; ``stream``: numbers that name the
         stream (a prepared corpus uses its split and shard), mixed into every generator's seed so that two
         streams never share random draws.  ``dupe_factor`` overrides the builder's (held-out data: 1)."""
-        with _gc_paused():
-            return self._build(documents, first_index, split_units, tuple(stream),
-                               self.dupe_factor if dupe_factor is None else dupe_factor)
+        return self._build(documents, first_index, split_units, tuple(stream),
+                           self.dupe_factor if dupe_factor is None else dupe_factor)
 
     def _build(self, documents: list, first_index: int, split_units: bool, stream: tuple,
                dupe_factor: int) -> tuple[pa.Table, dict, list]:
@@ -295,24 +292,6 @@ class PoolBuilder:
             else:
                 arrays.append(pa.array(value))
         return pa.Table.from_arrays(arrays, schema=self.features.arrow_schema)
-
-
-@contextmanager
-def _gc_paused():
-    """Pause the cyclic garbage collector while a pool is built.
-
-    Why: a pool allocates tens of thousands of small lists and tuples (sentences, words, instances), which
-    triggers collections that traverse every object of the interpreter -- with transformers and datasets
-    imported, several hundred thousand -- over and over (docs/data.md has the measurement).  The build creates
-    no reference cycles, so nothing is left for the collector; its previous state is restored.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def shuffled_table(table: pa.Table, order: np.ndarray) -> pa.Table:

@@ -47,7 +47,13 @@ from .engines import run_tasks
 from .masking import MaskingSpec
 from ..tokenization import train_wordpiece
 from .pipeline import DEFAULT_POOL_SIZE, PoolBuilder, TokenizerFacts, _check_arguments, output_features
-from .report import assemble_report, merge_line_sketches, merge_row_summaries, render_report
+from .report import (
+    assemble_report,
+    merge_line_sketches,
+    merge_pool_summaries,
+    merge_row_summaries,
+    render_report,
+)
 from .segmenters import JiebaSegmenter, PreSegmented
 from .shards import ROW_GROUP_SIZE, SPLITS, ShardTask, build_shard, features_metadata, write_atomically
 from .sources import BUILTIN_CORPUS, TextFiles, resolve_input
@@ -155,8 +161,15 @@ def prepare_corpus(
     schema = builder.features.arrow_schema.with_metadata(features_metadata(builder.features))
     tasks = [ShardTask(k, num_shards, source, builder, output, schema, seed, pool_size, eval_fraction,
                        spec.mask_token_id) for k in range(num_shards)]
+    sketches = {split: merge_line_sketches([]) for split in SPLITS}
+
+    def fold_sketches(result: dict) -> dict:  # one running sketch per split instead of one per shard
+        for split, entry in result["splits"].items():
+            sketches[split] = merge_line_sketches([sketches[split], entry.pop("lines")])
+        return result
+
     results = run_tasks(build_shard, tasks, engine=engine, num_proc=num_proc, scheduler=scheduler,
-                        desc="Preparing shards")
+                        desc="Preparing shards", on_result=fold_sketches)
     settings = {
         "max_seq_length": max_seq_length, "masking": masking, "dupe_factor": dupe_factor,
         "masked_lm_prob": masked_lm_prob, "max_predictions_per_seq": max_predictions_per_seq,
@@ -166,12 +179,11 @@ def prepare_corpus(
         "seed": seed, "num_shards": num_shards, "eval_fraction": eval_fraction,
         "validation_dupe_factor": 1, "row_group_size": ROW_GROUP_SIZE,
     }
-    used = sum(s["documents"] - s["empty_documents"] for r in results for entry in r["splits"].values()
-               for s in entry["pool_stats"])
+    used = sum(e["pools"]["documents"] - e["pools"]["empty_documents"] for r in results for e in r["splits"].values())
     if used == 0:
         _remove_outputs(output)
         raise CorpusError(f"{_input_name(source)}: the input has no documents (no line of text)")
-    report = _report(results, source, settings)
+    report = _report(results, sketches, source, settings)
     _finish_output(output, tokenizer, facts, source, settings, results, report)
     return Path(output) if "://" not in output else output
 
@@ -247,36 +259,36 @@ def _remove_outputs(output: str, everything: bool = False) -> None:
             child.unlink()
 
 
-def _report(results: list[dict], source, settings: dict) -> dict:
-    pool_stats, rows, lines, splits, digests = [], [], [], {}, []
+def _report(results: list[dict], sketches: dict, source, settings: dict) -> dict:
+    pools, rows, lines, splits, digests = [], [], [], {}, []
     for split in SPLITS:
         entries = [r["splits"][split] for r in results if split in r["splits"]]
         if not entries:
             continue
         for entry in entries:
-            pool_stats += entry["pool_stats"]
+            pools.append(entry["pools"])
             rows.append(entry["rows_summary"])
-            lines.append(entry["lines"])
             digests.append(f"{entry['file']}:{entry['digest']}")
+        lines.append(sketches[split])
         splits[split] = {"rows": sum(e["rows"] for e in entries),
-                         "documents": sum(s["documents"] - s["empty_documents"] for e in entries
-                                          for s in e["pool_stats"])}
+                         "documents": sum(e["pools"]["documents"] - e["pools"]["empty_documents"] for e in entries)}
     read_stats = None
     if isinstance(source, TextFiles):
         read_stats = {key: sum(r["read_stats"][key] for r in results) for key in results[0]["read_stats"]
                       if key != "files"}
         read_stats = {"files": [_display(p) for p in source.paths], **read_stats}
     digest = hashlib.sha256("\n".join(digests).encode()).hexdigest()
-    report = assemble_report(pool_stats, merge_row_summaries(rows), merge_line_sketches(lines), read_stats,
-                             settings, digest)
+    pools = merge_pool_summaries(pools)
+    report = assemble_report(pools, merge_row_summaries(rows), merge_line_sketches(lines), read_stats, settings,
+                             digest)
     report["splits"] = splits
-    report["warnings"] = _warnings(pool_stats, splits, settings)
+    report["warnings"] = _warnings(pools, splits, settings)
     return report
 
 
-def _warnings(pool_stats: list[dict], splits: dict, settings: dict) -> list[str]:
+def _warnings(pools: dict, splits: dict, settings: dict) -> list[str]:
     messages = []
-    lonely = sum(1 for s in pool_stats if s["pool_documents"] == 1 and s["instances"] > 0)
+    lonely = pools["single_document_pools_with_rows"]
     if lonely:
         messages.append(f"{lonely} pool(s) have a single non-empty document: random-next segments there come from "
                         "the same document; use more documents per shard (fewer shards) or a larger pool_size")

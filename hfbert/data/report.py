@@ -18,7 +18,8 @@ from datasets import Dataset
 
 __all__ = [
     "assemble_report", "build_report", "content_digest", "line_sketch", "merge_line_sketches",
-    "merge_row_summaries", "render_report", "summarize_rows", "write_report",
+    "merge_pool_summaries", "merge_row_summaries", "render_report", "summarize_pools", "summarize_rows",
+    "write_report",
 ]
 
 
@@ -158,12 +159,29 @@ def _duplicate_lines(sketch: dict) -> dict:
             "unique_is_estimate": not exact}
 
 
-def assemble_report(pool_stats: list[dict], rows: dict, lines: dict, read_stats: dict | None, settings: dict,
+def summarize_pools(pool_stats: list[dict]) -> dict:
+    """The per-pool build stats added up, with the number of pools and of pools with a single document; the
+    summaries of disjoint sets of pools add up key by key (:func:`merge_pool_summaries`)."""
+    keys = ("documents", "empty_documents", "units", "sentences", "skipped_empty_lines", "tokens",
+            "document_passes", "short_target_passes", "instances", "random_next", "truncated_instances",
+            "truncated_tokens")
+    summary = {key: sum(s[key] for s in pool_stats) for key in keys}
+    summary["pools"] = len(pool_stats)
+    summary["single_document_pools"] = sum(1 for s in pool_stats if s["pool_documents"] == 1)
+    summary["single_document_pools_with_rows"] = sum(1 for s in pool_stats
+                                                     if s["pool_documents"] == 1 and s["instances"] > 0)
+    return summary
+
+
+def merge_pool_summaries(summaries: list[dict]) -> dict:
+    return {key: sum(s[key] for s in summaries) for key in summaries[0]} if summaries else summarize_pools([])
+
+
+def assemble_report(pools: dict, rows: dict, lines: dict, read_stats: dict | None, settings: dict,
                     digest: str) -> dict:
-    """The report (a JSON-serialisable dict) from per-pool stats, a merged row summary
-    (:func:`merge_row_summaries`) and a merged line sketch (:func:`merge_line_sketches`)."""
-    keys = [key for key in pool_stats[0] if key != "first_document"] if pool_stats else []
-    total = {key: sum(s[key] for s in pool_stats) for key in keys}
+    """The report (a JSON-serialisable dict) from a pool summary (:func:`summarize_pools`), a row summary
+    (:func:`summarize_rows`) and a line sketch (:func:`line_sketch`), each merged over the shards."""
+    total = pools
     count = rows["rows"]
     random_next = rows["random_next"]
     sentences_in = total["sentences"] + total["skipped_empty_lines"]
@@ -176,8 +194,7 @@ def assemble_report(pool_stats: list[dict], rows: dict, lines: dict, read_stats:
         "sentences": {"total": sentences_in, "skipped_empty": total["skipped_empty_lines"],
                       "used": total["sentences"], "tokens": total["tokens"]},
         "duplicate_lines": _duplicate_lines(lines),
-        "pools": {"count": len(pool_stats),
-                  "single_document": sum(1 for s in pool_stats if s["pool_documents"] == 1)},
+        "pools": {"count": pools["pools"], "single_document": pools["single_document_pools"]},
         "short_targets": {"document_passes": total["document_passes"], "short": total["short_target_passes"],
                           "fraction": round(total["short_target_passes"] / max(1, total["document_passes"]), 4)},
         "instances": {"total": count, "random_next": random_next, "actual_next": count - random_next,
@@ -197,8 +214,8 @@ def build_report(dataset: Dataset, pool_stats: list[dict], line_hashes: np.ndarr
     """Aggregate per-pool stats and the built rows into one report (a JSON-serialisable dict).  ``digest``: the
     dataset's :func:`content_digest` when the caller has it already."""
     table = dataset.with_format("arrow")[:]
-    return assemble_report(pool_stats, summarize_rows(table, mask_token_id), line_sketch(line_hashes), read_stats,
-                           settings, digest or content_digest(dataset))
+    return assemble_report(summarize_pools(pool_stats), summarize_rows(table, mask_token_id), line_sketch(line_hashes),
+                           read_stats, settings, digest or content_digest(dataset))
 
 
 def _checks(report: dict, total: dict, rows: int) -> dict:

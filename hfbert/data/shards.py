@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from .documents import ReadStats
 from .pipeline import PoolBuilder, shuffled_table
-from .report import line_sketch, summarize_rows, table_digest
+from .report import line_sketch, summarize_pools, summarize_rows, table_digest
 from .sources import DocumentRows, TextFiles
 
 __all__ = ["ROW_GROUP_SIZE", "SPLITS", "ShardTask", "build_shard", "parquet_bytes", "shard_file"]
@@ -139,7 +139,7 @@ def build_shard(task: ShardTask) -> dict:
             "file": name, "rows": table.num_rows, "tokens": summary["tokens"], "digest": table_digest(table),
             "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
             "row_groups": -(-table.num_rows // ROW_GROUP_SIZE),
-            "pool_stats": pool_stats[split], "rows_summary": summary,
+            "pools": summarize_pools(pool_stats[split]), "rows_summary": summary,
             "lines": line_sketch(np.concatenate(hashes[split]) if hashes[split] else np.zeros(0, np.uint64)),
         }
     return result
