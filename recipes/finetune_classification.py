@@ -11,7 +11,7 @@ transformers' own ``BertForSequenceClassification`` with the same recipe and see
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from transformers import DataCollatorWithPadding, TrainingArguments, set_seed
 
@@ -20,27 +20,18 @@ from hfbert.tasks import (
     build_label_maps,
     check_columns,
     encode_labels,
-    load_data,
     metrics_for_trainer,
 )
-from hfbert.tasks.runs import ModelArguments, finish_run, note, parse_args, write_jsonl
+from hfbert.tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, setting, write_jsonl
 
 
 @dataclass
-class DataArguments:
-    train_file: str | None = field(default=None, metadata={"help": "CSV/TSV/JSON/JSONL"})
-    validation_file: str | None = None
-    dataset_dir: str | None = field(default=None, metadata={"help": "a datasets.save_to_disk folder instead"})
-    text_column: str = "sentence"
-    text_pair_column: str | None = field(default=None, metadata={"help": "second sentence for pair tasks"})
-    label_column: str = "label"
-    task_type: str = field(
-        default="auto",
-        metadata={"help": "auto, single_label_classification, regression or multi_label_classification"},
-    )
-    max_seq_length: int = 128
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
+class DataArguments(DataFiles):
+    text_column: str = setting("sentence", "column with the text")
+    text_pair_column: str | None = setting(None, "column with the second sentence, for pair tasks")
+    label_column: str = setting("label", "column with the label (a string, a number or a list)")
+    task_type: str = setting("auto", "auto, single_label_classification, regression or multi_label_classification")
+    max_seq_length: int = setting(128, "tokens per example, [CLS] and [SEP] included; longer texts are truncated")
 
 
 def infer_task_type(values) -> str:
@@ -54,13 +45,10 @@ def infer_task_type(values) -> str:
 def main(argv=None) -> dict:
     model_args, data_args, training_args = parse_args((ModelArguments, DataArguments, TrainingArguments), argv)
     set_seed(training_args.seed)
-    raw = load_data(data_args.train_file, data_args.validation_file, dataset_dir=data_args.dataset_dir)
+    raw = data_args.load()
     columns = [data_args.text_column, data_args.text_pair_column, data_args.label_column]
     for split, ds in raw.items():
         check_columns(ds.column_names, columns, split=f"{split} split")
-    for split, limit in (("train", data_args.max_train_samples), ("validation", data_args.max_eval_samples)):
-        if split in raw and limit is not None:
-            raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
 
     # Labels: the map comes from the training split; anything else must use the same labels.
     train_labels = raw["train"][data_args.label_column]

@@ -10,28 +10,23 @@ label is the index of the right choice. Each pair is ``[CLS] context [SEP] quest
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from transformers import DataCollatorForMultipleChoice, TrainingArguments, set_seed
 
-from hfbert.tasks import CardKeepingTrainer, check_columns, load_data
-from hfbert.tasks.runs import ModelArguments, finish_run, note, parse_args, write_jsonl
+from hfbert.tasks import CardKeepingTrainer, check_columns
+from hfbert.tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, setting, write_jsonl
 
 
 @dataclass
-class DataArguments:
-    train_file: str | None = None
-    validation_file: str | None = None
-    dataset_dir: str | None = None
-    context_column: str = "sent1"
-    question_column: str | None = field(default=None, metadata={"help": "text put before every choice"})
-    choice_columns: str | None = field(default=None, metadata={"help": "comma-separated, one column per choice"})
-    choices_column: str | None = field(default=None, metadata={"help": "one column holding the list of choices"})
-    label_column: str = "label"
-    max_seq_length: int = 128
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
+class DataArguments(DataFiles):
+    context_column: str = setting("sent1", "column with the context")
+    question_column: str | None = setting(None, "column with the text put before every choice")
+    choice_columns: str | None = setting(None, "comma-separated, one column per choice")
+    choices_column: str | None = setting(None, "one column holding the list of choices")
+    label_column: str = setting("label", "column with the index of the right choice")
+    max_seq_length: int = setting(128, "tokens per (context, choice) pair; longer pairs are truncated")
 
     def __post_init__(self):
         if (self.choice_columns is None) == (self.choices_column is None):
@@ -41,15 +36,12 @@ class DataArguments:
 def main(argv=None) -> dict:
     model_args, data_args, training_args = parse_args((ModelArguments, DataArguments, TrainingArguments), argv)
     set_seed(training_args.seed)
-    raw = load_data(data_args.train_file, data_args.validation_file, dataset_dir=data_args.dataset_dir)
+    raw = data_args.load()
     choice_columns = data_args.choice_columns.split(",") if data_args.choice_columns else []
     required = [data_args.context_column, data_args.question_column, data_args.choices_column,
                 data_args.label_column, *choice_columns]
     for split, ds in raw.items():
         check_columns(ds.column_names, required, split=f"{split} split")
-    for split, limit in (("train", data_args.max_train_samples), ("validation", data_args.max_eval_samples)):
-        if split in raw and limit is not None:
-            raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
     tokenizer, model = model_args.load("multiple-choice")
     notes: list[str] = []
 

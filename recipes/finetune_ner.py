@@ -11,7 +11,7 @@ a word (B- becomes I- on continuation pieces) instead of the first piece only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from transformers import DataCollatorForTokenClassification, TrainingArguments, set_seed
 
@@ -20,38 +20,30 @@ from hfbert.tasks import (
     build_label_list,
     check_columns,
     entity_scores,
-    load_data,
     merge_word_predictions,
     tokenize_and_align_labels,
 )
-from hfbert.tasks.runs import ModelArguments, finish_run, note, parse_args, write_jsonl
+from hfbert.tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, setting, write_jsonl
 
 
 @dataclass
-class DataArguments:
-    train_file: str | None = field(default=None, metadata={"help": "JSON/JSONL with a list of words and of tags"})
-    validation_file: str | None = None
-    dataset_dir: str | None = None
-    tokens_column: str = "tokens"
-    tags_column: str = "ner_tags"
-    label_list: str | None = field(default=None, metadata={"help": "comma-separated labels; default: from train"})
-    label_all_subtokens: bool = False
-    max_seq_length: int = 128
-    doc_stride: int = field(default=32, metadata={"help": "tokens shared by consecutive windows"})
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
-    language: str | None = None
+class DataArguments(DataFiles):
+    train_file: str | None = setting(None, "JSON/JSONL rows with a list of words and a list of their tags")
+    tokens_column: str = setting("tokens", "column with the words")
+    tags_column: str = setting("ner_tags", "column with the BIO tags")
+    label_list: str | None = setting(None, "comma-separated labels (default: those of the training data)")
+    label_all_subtokens: bool = setting(False, "supervise every piece of a word (B- becomes I-), not the first")
+    max_seq_length: int = setting(128, "tokens per window; longer sentences become several windows")
+    doc_stride: int = setting(32, "tokens shared by consecutive windows")
+    language: str | None = setting(None, "language code for the model card (e.g. zh)")
 
 
 def main(argv=None) -> dict:
     model_args, data_args, training_args = parse_args((ModelArguments, DataArguments, TrainingArguments), argv)
     set_seed(training_args.seed)
-    raw = load_data(data_args.train_file, data_args.validation_file, dataset_dir=data_args.dataset_dir)
+    raw = data_args.load()
     for split, ds in raw.items():
         check_columns(ds.column_names, [data_args.tokens_column, data_args.tags_column], split=f"{split} split")
-    for split, limit in (("train", data_args.max_train_samples), ("validation", data_args.max_eval_samples)):
-        if split in raw and limit is not None:
-            raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
 
     labels = (data_args.label_list.split(",") if data_args.label_list
               else build_label_list(raw["train"][data_args.tags_column]))

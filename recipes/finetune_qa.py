@@ -13,7 +13,7 @@ moved to the nearest occurrence or dropped from training, and counted in the res
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from datasets import Dataset
@@ -29,22 +29,22 @@ from hfbert.tasks import (
     prepare_qa_features,
     squad_evaluate,
 )
-from hfbert.tasks.runs import ModelArguments, finish_run, note, parse_args
+from hfbert.tasks.runs import ModelArguments, finish_run, note, parse_args, setting
 
 
 @dataclass
 class DataArguments:
-    train_file: str | None = None
-    validation_file: str | None = None
-    version_2_with_negative: bool = False
-    max_seq_length: int = 384
-    doc_stride: int = field(default=128, metadata={"help": "context tokens shared by consecutive windows"})
-    max_query_length: int = 64
-    max_answer_length: int = 30
-    n_best_size: int = 20
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
-    language: str | None = None
+    train_file: str | None = setting(None, "SQuAD JSON, or JSON/JSONL rows (id, question, context, answers)")
+    validation_file: str | None = setting(None, "evaluation data, in the format of --train_file")
+    version_2_with_negative: bool = setting(False, "SQuAD 2.0: questions may have no answer")
+    max_seq_length: int = setting(384, "tokens per window (question + context)")
+    doc_stride: int = setting(128, "context tokens shared by consecutive windows")
+    max_query_length: int = setting(64, "question tokens kept")
+    max_answer_length: int = setting(30, "longest answer span decoded, in tokens")
+    n_best_size: int = setting(20, "start and end candidates per window")
+    max_train_samples: int | None = setting(None, "use only the first N training questions")
+    max_eval_samples: int | None = setting(None, "use only the first N evaluation questions")
+    language: str | None = setting(None, "language code for the model card (e.g. zh)")
 
 
 def main(argv=None) -> dict:

@@ -19,9 +19,33 @@ from transformers import Trainer
 
 from ..arguments import CommandParser, UsageError
 from ..modelcard import template_path, write_model_card
-from .loading import load_model, load_tokenizer
+from .loading import load_data, load_model, load_tokenizer
 
 DEFAULT_CARD_TEMPLATE = template_path("finetuned.md")
+
+
+def setting(default: Any = None, help: str = "", **metadata: Any) -> Any:
+    """A recipe setting with its ``--help`` text: ``dataclasses.field`` in one line."""
+    return field(default=default, metadata={"help": help, **metadata})
+
+
+@dataclass
+class DataFiles:
+    """Where a recipe's examples come from and how many it uses (shared by the recipes that read tables)."""
+
+    train_file: str | None = setting(None, "training data: CSV, TSV, JSON or JSONL")
+    validation_file: str | None = setting(None, "evaluation data, in the format of --train_file")
+    dataset_dir: str | None = setting(None, "a datasets save_to_disk folder instead of --train_file/--validation_file")
+    max_train_samples: int | None = setting(None, "use only the first N training rows")
+    max_eval_samples: int | None = setting(None, "use only the first N evaluation rows")
+
+    def load(self):
+        """The ``DatasetDict`` (``train``, ``validation``), cut to ``--max_train_samples``/``--max_eval_samples``."""
+        raw = load_data(self.train_file, self.validation_file, dataset_dir=self.dataset_dir)
+        for split, limit in (("train", self.max_train_samples), ("validation", self.max_eval_samples)):
+            if split in raw and limit is not None:
+                raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
+        return raw
 
 
 @dataclass
