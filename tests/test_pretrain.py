@@ -1,7 +1,9 @@
-"""hfbert pretrain: exact resume after SIGKILL, training dynamics equal to transformers',
-loadable Hub-format output, and failures that happen before any work or leave the last good checkpoint.
+"""hfbert pretrain: exact resume after SIGKILL on prepared folders, training dynamics equal to transformers',
+the default prepare-then-train path, loadable Hub-format output, and failures that happen before any work or leave
+the last good checkpoint.
 
-Everything runs a tiny model (hidden 32, 2 layers) on the first nine chapters of the shipped Austen corpus.
+Everything runs a tiny model (hidden 32, 2 layers) on the first nine chapters of the shipped Austen corpus,
+prepared once per module into folders of length 64 and 96 (one tokenizer).
 """
 
 import dataclasses
@@ -9,6 +11,7 @@ import gzip
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,22 +26,11 @@ from safetensors.torch import load_file
 
 import hfbert
 from hfbert.pretrain.checkpointing import STATE_FILE, latest_checkpoint, list_checkpoints
-from hfbert.data import CHAPTER_HEADING, DataCollatorForBertPretraining
+from hfbert.data import CHAPTER_HEADING, PreparedCorpus, prepare_corpus
 from hfbert.optim import create_optimizer, linear_warmup_decay
 from hfbert.pretrain import main, pretrain
 from hfbert.pretrain.config import ConfigError, PretrainConfig, load_config, parse_args, resolve_phases
-from hfbert.pretrain.data import (
-    BUILTIN_CORPUS,
-    BatchPlan,
-    baselines,
-    collate,
-    examples_at,
-    load_documents,
-    load_tokenizer,
-    prepare_data,
-    split_documents,
-    train_tokenizer,
-)
+from hfbert.pretrain.data import BUILTIN_CORPUS, BatchPlan, Permutation, collate, prepare_source
 from hfbert.pretrain.tracking import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,27 +57,31 @@ def corpus(tmp_path_factory) -> Path:
     return path
 
 
+def prepare_folders(corpus: Path, root: Path, lengths=(64, 96), **settings) -> dict[int, Path]:
+    """The corpus prepared at each length, the tokenizer trained once (at the first length) and reused."""
+    folders, tokenizer = {}, None
+    for length in lengths:
+        folders[length] = prepare_corpus(
+            [str(corpus)], root / f"length-{length}", tokenizer=tokenizer, vocab_size=400, max_seq_length=length,
+            input_layout="paragraphs", document_boundary="chapter", eval_fraction=0.2, seed=42,
+            **{"masking": "dynamic", **settings})
+        tokenizer = tokenizer or folders[length]
+    return folders
+
+
 @pytest.fixture(scope="module")
-def tokenizer_dir(corpus, tmp_path_factory) -> Path:
+def prepared(corpus, tmp_path_factory) -> dict[int, Path]:
     """One vocabulary shared by every run (WordPiece training is not reproducible across processes)."""
-    config = PretrainConfig.from_dict(settings(corpus, None, "unused"))
-    documents, _ = load_documents(config)
-    train, _ = split_documents(documents, config.eval_fraction, config.seed)
-    path = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(config, train).save_pretrained(path)
-    return path
+    return prepare_folders(corpus, tmp_path_factory.mktemp("prepared"))
 
 
-def settings(corpus, tokenizer_dir, output_dir, **overrides) -> dict:
+def settings(folders, output_dir, **overrides) -> dict:
     values = {
-        "corpus": [str(corpus)], "input_layout": "paragraphs", "document_boundary": CHAPTER_HEADING,
-        "vocab_size": 400, "preset": "tiny", "model": dict(TINY_MODEL), "batch_size": 8, "max_seq_length": 64,
-        "max_steps": N, "logging_steps": 1, "eval_steps": 4, "save_steps": 2, "keep_last": 3,
-        "max_time_minutes": None, "eval_fraction": 0.2, "max_eval_examples": 24, "progress_bar": False,
+        "prepared": [str(folder) for folder in folders], "preset": "tiny", "model": dict(TINY_MODEL),
+        "batch_size": 8, "max_seq_length": 64, "max_steps": N, "logging_steps": 1, "eval_steps": 4, "save_steps": 2,
+        "keep_last": 3, "max_time_minutes": None, "max_eval_examples": 24, "progress_bar": False,
         "report_to": ["jsonl"], "output_dir": str(output_dir), "fill_mask_text": "She was [MASK] happy.",
     }
-    if tokenizer_dir is not None:
-        values["tokenizer"] = str(tokenizer_dir)
     values.update(overrides)
     return values
 
@@ -120,9 +116,9 @@ PHASES = [{"max_seq_length": 64, "steps": 5}, {"max_seq_length": 96, "steps": 3}
 
 
 @pytest.fixture(scope="module")
-def straight_run(corpus, tokenizer_dir, tmp_path_factory):
+def straight_run(prepared, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("straight")
-    result = pretrain(PretrainConfig.from_dict(settings(corpus, tokenizer_dir, output_dir, phases=PHASES)))
+    result = pretrain(PretrainConfig.from_dict(settings(prepared.values(), output_dir, phases=PHASES)))
     return output_dir, result
 
 
@@ -132,10 +128,12 @@ def test_straight_run_follows_the_phases_and_keeps_the_last_checkpoints(straight
     lengths = {r["step"]: r["max_seq_length"] for r in logged_steps(output_dir) if "loss" in r}
     assert lengths == {1: 64, 2: 64, 3: 64, 4: 64, 5: 64, 6: 96, 7: 96, 8: 96}
     assert result.metrics["step"] == N and result.metrics["stopped_by"] == "max_steps"
+    assert not (output_dir / "prepared").exists()  # trained from the given folders, nothing built
     saved = json.loads((output_dir / "metrics.json").read_text(encoding="utf-8"))
-    final = saved["baselines_by_length"]["96"]  # the last phase's held-out set gives the reported baselines
-    assert set(saved["baselines_by_length"]) == {"64", "96"}
-    assert saved["eval_mlm_baseline_most_frequent_token"] == final["eval_mlm_baseline_most_frequent_token"]
+    by_length = saved["baselines_by_length"]  # trivial baselines of each length's held-out set
+    assert set(by_length) == {"64", "96"} and by_length["64"] != by_length["96"]
+    for key, value in by_length["96"].items():  # the final evaluation is at the last phase's length
+        assert saved[key] == value
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -179,34 +177,34 @@ KILL_DURING_CHECKPOINT = """
 """
 
 
-def test_sigkill_after_half_the_steps_then_resume_is_bitwise_identical(straight_run, corpus, tokenizer_dir,
+def test_sigkill_after_half_the_steps_then_resume_is_bitwise_identical(straight_run, prepared,
                                                                        tmp_path):
     straight_dir, _ = straight_run
     output_dir = tmp_path / "killed"
-    config_file = write_config(tmp_path / "run.json", settings(corpus, tokenizer_dir, output_dir, phases=PHASES))
+    config_file = write_config(tmp_path / "run.json", settings(prepared.values(), output_dir, phases=PHASES))
     killed = run_script(KILL_AFTER_CHECKPOINT, config_file, f"checkpoint-{N // 2:08d}")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert [step for step, _ in list_checkpoints(output_dir)] == [2, 4]
     assert not (output_dir / "model.safetensors").exists()  # it never got to the export
 
     resumed = pretrain(PretrainConfig.from_dict(
-        settings(corpus, tokenizer_dir, output_dir, phases=PHASES, resume=True)))
+        settings(prepared.values(), output_dir, phases=PHASES, resume=True)))
     assert resumed.metrics["step"] == N
     assert_same_weights(straight_dir, output_dir)
     assert logged_steps(output_dir) == logged_steps(straight_dir)
     assert [r["step"] for r in logged_steps(output_dir) if "loss" in r] == list(range(1, N + 1))
 
 
-def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(straight_run, corpus, tokenizer_dir, tmp_path):
+def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(straight_run, prepared, tmp_path):
     straight_dir, _ = straight_run
     output_dir = tmp_path / "killed"
-    config_file = write_config(tmp_path / "run.json", settings(corpus, tokenizer_dir, output_dir, phases=PHASES))
+    config_file = write_config(tmp_path / "run.json", settings(prepared.values(), output_dir, phases=PHASES))
     killed = run_script(KILL_DURING_CHECKPOINT, config_file, f"checkpoint-{4:08d}")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert (output_dir / "checkpoint-00000004.tmp").is_dir()  # the torn write is there ...
     assert latest_checkpoint(output_dir).name == "checkpoint-00000002"  # ... and is not taken for a checkpoint
 
-    pretrain(PretrainConfig.from_dict(settings(corpus, tokenizer_dir, output_dir, phases=PHASES, resume=True)))
+    pretrain(PretrainConfig.from_dict(settings(prepared.values(), output_dir, phases=PHASES, resume=True)))
     assert not (output_dir / "checkpoint-00000004.tmp").exists()
     assert_same_weights(straight_dir, output_dir)
     assert logged_steps(output_dir) == logged_steps(straight_dir)
@@ -235,15 +233,12 @@ def _train(model, batches, optimizer_name: str) -> list[tuple[float, float, floa
 
 
 @pytest.mark.parametrize("optimizer_name", ["adamw", "adam_google", "lamb"])
-def test_fifty_steps_match_transformers_bert(corpus, tokenizer_dir, optimizer_name):
-    tokenizer = load_tokenizer(tokenizer_dir)
-    config = PretrainConfig.from_dict(settings(corpus, tokenizer_dir, "unused"))
-    documents, _ = load_documents(config)
-    train, held_out = split_documents(documents, config.eval_fraction, config.seed)
-    dataset = prepare_data(config, tokenizer, train, held_out, [64], "test").train[64]
-    plan = BatchPlan(len(dataset), 8, 1, config.seed, 0)
-    collator = DataCollatorForBertPretraining(tokenizer)
-    batches = [collate(collator, examples_at(dataset, plan.rows(k, 0)), plan.mask_seed(k, 0)) for k in range(50)]
+def test_fifty_steps_match_transformers_bert(prepared, optimizer_name):
+    corpus = PreparedCorpus.open(prepared[64])
+    tokenizer = corpus.load_tokenizer()
+    plan = BatchPlan(corpus.num_rows("train"), 8, 1, 42, 0)
+    collator = hfbert.data.DataCollatorForBertPretraining(tokenizer)
+    batches = [collate(collator, corpus.rows("train", plan.rows(k, 0)), plan.mask_seed(k, 0)) for k in range(50)]
 
     model_config = hfbert.HfBertConfig.from_preset(
         "tiny", vocab_size=len(tokenizer), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **TINY_MODEL)
@@ -340,7 +335,10 @@ def test_bad_settings_fail_before_any_work(corpus, tmp_path, capsys):
     output_dir = tmp_path / "never"
     config_file = tmp_path / "bad.yaml"
     cases = [
-        (["--corpus", str(tmp_path / "missing.txt")], "corpus file not found"),
+        (["--input", str(tmp_path / "missing.txt")], "input file not found"),
+        (["--prepared", str(tmp_path / "nowhere")], "prepared folder not found"),
+        (["--prepared", str(tmp_path), "--tokenizer", str(tmp_path)], "give prepared, or input/dataset/tokenizer"),
+        (["--document_boundary", "(unclosed"], "is not a regular expression"),
         (["--optimizer", "sgd"], "unknown optimizer 'sgd'"),
         (["--batch_size", "0"], "batch_size must be >= 1"),
         (["--model", "{hidden_size: 30}"], "not a multiple of the number of attention heads"),
@@ -371,12 +369,12 @@ def _tree_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def test_unwritable_or_occupied_output_folder_fails_clearly(straight_run, corpus, tokenizer_dir, tmp_path,
+def test_unwritable_or_occupied_output_folder_fails_clearly(straight_run, prepared, tmp_path,
                                                             monkeypatch, capsys):
     straight_dir, _ = straight_run
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    args = ["--config", str(write_config(tmp_path / "run.json", settings(corpus, tokenizer_dir, "x")))]
+    args = ["--config", str(write_config(tmp_path / "run.json", settings([prepared[64]], "x")))]
     assert main([*args, "--output_dir", str(blocker / "out")]) == 2
     assert "is not writable" in capsys.readouterr().err
 
@@ -393,7 +391,7 @@ def test_unwritable_or_occupied_output_folder_fails_clearly(straight_run, corpus
     assert {path.name: _tree_digest(path) for _, path in list_checkpoints(straight_dir)} == before
 
 
-def test_failed_checkpoint_write_keeps_the_previous_checkpoint(corpus, tokenizer_dir, tmp_path, monkeypatch):
+def test_failed_checkpoint_write_keeps_the_previous_checkpoint(prepared, tmp_path, monkeypatch):
     import hfbert.pretrain.checkpointing as checkpointing
 
     flush = checkpointing._fsync_tree
@@ -406,14 +404,14 @@ def test_failed_checkpoint_write_keeps_the_previous_checkpoint(corpus, tokenizer
     monkeypatch.setattr(checkpointing, "_fsync_tree", disk_full_at_step_4)
     output_dir = tmp_path / "full"
     with pytest.raises(OSError, match=r"step 4 .*No space left on device.*checkpoint-00000002 and was not modified"):
-        pretrain(PretrainConfig.from_dict(settings(corpus, tokenizer_dir, output_dir)))
+        pretrain(PretrainConfig.from_dict(settings([prepared[64]], output_dir)))
     latest = latest_checkpoint(output_dir)
     assert latest.name == "checkpoint-00000002"
     assert json.loads((latest / STATE_FILE).read_text())["step"] == 2
     assert torch.load(latest / "pytorch_model.bin", weights_only=True)  # loadable
 
 
-def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(corpus, tokenizer_dir, tmp_path, monkeypatch,
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(prepared, tmp_path, monkeypatch,
                                                                    capsys):
     forward = hfbert.HfBertForPreTraining.forward
     calls = {"train": 0}
@@ -428,14 +426,14 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(corpus, token
 
     monkeypatch.setattr(hfbert.HfBertForPreTraining, "forward", nan_at_step_5)
     output_dir = tmp_path / "nan"
-    config_file = write_config(tmp_path / "run.json", settings(corpus, tokenizer_dir, output_dir))
+    config_file = write_config(tmp_path / "run.json", settings([prepared[64]], output_dir))
     assert main(["--config", str(config_file)]) == 1
     message = capsys.readouterr().err
     assert "the training loss became nan at step 5" in message and "checkpoint-00000004" in message
     assert latest_checkpoint(output_dir).name == "checkpoint-00000004"
     assert not (output_dir / "model.safetensors").exists()  # no export of a diverged model
     monkeypatch.setattr(hfbert.HfBertForPreTraining, "forward", forward)
-    resumed = pretrain(PretrainConfig.from_dict(settings(corpus, tokenizer_dir, output_dir, resume=True)))
+    resumed = pretrain(PretrainConfig.from_dict(settings([prepared[64]], output_dir, resume=True)))
     assert resumed.metrics["step"] == N  # the kept checkpoint resumes
 
 
@@ -446,11 +444,11 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(corpus, token
 def test_config_file_overrides_and_help(tmp_path, capsys):
     config_file = tmp_path / "run.yaml"
     config_file.write_text("batch_size: 16\nlearning_rate: 1.0e-4\noptimizer: lamb\nmodel: {hidden_size: 128}\n")
-    config = parse_args(["--config", str(config_file), "--batch-size", "4", "--corpus", "a.txt", "b.txt",
+    config = parse_args(["--config", str(config_file), "--batch-size", "4", "--input", "a.txt", "b.txt",
                          "--max_time_minutes", "null", "--resume", "--max-seq-length", "64",
                          "--phases", '[{"max_seq_length": 64, "fraction": 1.0}]'])
     assert (config.batch_size, config.learning_rate, config.optimizer) == (4, 1e-4, "lamb")
-    assert config.corpus == ["a.txt", "b.txt"] and config.max_time_minutes is None and config.resume is True
+    assert config.input == ["a.txt", "b.txt"] and config.max_time_minutes is None and config.resume is True
     assert config.model == {"hidden_size": 128} and config.max_seq_length == 64
     assert config.phases == [{"max_seq_length": 64, "fraction": 1.0}]
     with pytest.raises(SystemExit) as exited:
@@ -461,12 +459,22 @@ def test_config_file_overrides_and_help(tmp_path, capsys):
         assert f"--{f.name} " in text and f.metadata["help"].split()[0] in text, f.name
 
 
-def test_document_boundary_chapter_is_the_chapter_heading_rule(corpus):
-    """As in ``hfbert prepare``: 'chapter' is the chapter-heading rule, not a regex matching the word."""
-    named = PretrainConfig(corpus=[str(corpus)], input_layout="paragraphs", document_boundary="chapter")
-    spelled = PretrainConfig(corpus=[str(corpus)], input_layout="paragraphs", document_boundary=CHAPTER_HEADING)
-    documents, _ = load_documents(named)
-    assert len(documents) > 5 and documents == load_documents(spelled)[0]
+def test_without_prepared_folders_the_job_prepares_its_input_first(corpus, tmp_path):
+    """The default job's path: prepare into output_dir/prepared (the folders hfbert prepare writes), then train
+    from them exactly as from --prepared. --document_boundary chapter is the chapter-heading rule there too."""
+    output_dir = tmp_path / "run"
+    values = settings([], output_dir, max_steps=2, eval_steps=2, save_steps=2)
+    del values["prepared"]
+    values.update(input=[str(corpus)], input_layout="paragraphs", document_boundary="chapter", vocab_size=400,
+                  eval_fraction=0.2)
+    result = pretrain(PretrainConfig.from_dict(values))
+    folder = PreparedCorpus.open(output_dir / "prepared" / "length-64")
+    assert folder.manifest["input"]["document_boundary"] == CHAPTER_HEADING
+    assert folder.manifest["report"]["documents"]["used"] == 10  # the front matter and nine chapters
+    assert folder.settings["seed"] == 42 and folder.settings["masking"] == "dynamic"
+    assert result.metrics["step"] == 2 and (output_dir / "model.safetensors").is_file()
+    exported = json.loads((output_dir / "tokenizer.json").read_text())
+    assert exported == json.loads((folder.path / "tokenizer.json").read_text())  # the model speaks the folder's ids
 
 
 def test_example_configs_are_valid():
@@ -493,49 +501,98 @@ def test_batch_plan_is_arithmetic_and_disjoint_across_processes():
         BatchPlan(num_examples=7, batch_size=4, world_size=2, seed=0, phase=0)
 
 
-def test_default_job_reads_the_builtin_corpus():
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 50, 1000, 4097])
+def test_permutation_is_a_seeded_bijection(n):
+    order = Permutation(n, [3, 0, 0])(np.arange(n))
+    assert sorted(order.tolist()) == list(range(n))
+    assert np.array_equal(order, Permutation(n, [3, 0, 0])(np.arange(n)))  # a function of the seed alone
+    if n >= 50:
+        assert not np.array_equal(order, Permutation(n, [3, 0, 1])(np.arange(n)))
+        assert np.mean(order == np.arange(n)) < 0.1  # not close to the identity
+        assert abs(np.corrcoef(order, np.arange(n))[0, 1]) < 0.15  # no trend: early rows are not early positions
+
+
+def test_permutation_of_a_terabyte_corpus_costs_no_memory():
+    """Two billion rows, as a terabyte of text makes at length 128: any position is one call away."""
+    n = 2_000_000_123
+    permutation = Permutation(n, [42, 0, 0])
+    rows = permutation(np.arange(n - 4096, n))
+    assert len(set(rows.tolist())) == 4096 and rows.min() >= 0 and rows.max() < n
+    assert all(getattr(value, "nbytes", 0) < 1024 for value in vars(permutation).values())
+
+
+def _fail_if_built(*args, **kwargs):
+    raise AssertionError("prepare_corpus was called on the --prepared path")
+
+
+def test_prepared_folders_are_checked_against_the_schedule_and_the_model(prepared, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("hfbert.pretrain.data.prepare_corpus", _fail_if_built)
+    output_dir = tmp_path / "run"
+    base = ["--prepared", str(prepared[64]), "--output_dir", str(output_dir), "--preset", "tiny", "--model",
+            json.dumps(TINY_MODEL), "--progress_bar", "false", "--report_to", "jsonl", "--max_seq_length", "64"]
+    assert main([*base, "--max_seq_length", "128"]) == 2
+    assert "the schedule trains at length(s) [128], but the prepared folders hold [64]" in capsys.readouterr().err
+    assert main([*base, "--masking", "static"]) == 2
+    assert "masking is 'static' but the prepared folder" in capsys.readouterr().err
+
+    tampered = tmp_path / "tampered"
+    shutil.copytree(prepared[64], tampered)
+    manifest = json.loads((tampered / "hfbert_prepare.json").read_text())
+    manifest["tokenizer"]["vocab_size"] += 1
+    (tampered / "hfbert_prepare.json").write_text(json.dumps(manifest))
+    assert main([*base[2:], "--prepared", str(tampered)]) == 2
+    assert "differs from the vocabulary of the prepared corpus" in capsys.readouterr().err
+
+    assert not list_checkpoints(output_dir)  # every check came before the first step
+
+
+def test_prepared_folders_need_one_tokenizer(prepared, corpus, tmp_path, capsys):
+    other = prepare_corpus([str(corpus)], tmp_path / "other-96", vocab_size=300, max_seq_length=96,
+                           input_layout="paragraphs", document_boundary="chapter", eval_fraction=0.2)
+    values = settings([prepared[64], other], tmp_path / "run", phases=PHASES)
+    with pytest.raises(ConfigError, match="were built with different tokenizers"):
+        pretrain(PretrainConfig.from_dict(values))
+
+
+def test_a_prepared_hub_dataset_repo_trains_like_its_folder(prepared, tmp_path, monkeypatch):
+    """--prepared user/name: the dataset repo is downloaded (once per machine) and trains exactly as its folder."""
+    from hub_server import allow_hub_calls, start_hub
+
+    from hfbert.data import push_prepared
+
+    hub, httpd = start_hub()
+    try:
+        allow_hub_calls(monkeypatch)
+        monkeypatch.setenv("HF_TOKEN", hub.WRITE_TOKEN)
+        push_prepared(prepared[64], "user/austen-64", endpoint=hub.url)
+        from_hub = tmp_path / "from-hub"
+        config_file = write_config(tmp_path / "hub.json",
+                                   settings(["user/austen-64"], from_hub, max_steps=2, eval_steps=2))
+        env = hub.client_env(tmp_path / "home")  # HF_ENDPOINT and a fresh cache, as a user's machine has
+        done = subprocess.run([sys.executable, "-m", "hfbert.pretrain", "--config", str(config_file)],
+                              capture_output=True, text=True, timeout=240, env=env)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Preparing shards" not in done.stderr and not (from_hub / "prepared").exists()
+    from_folder = tmp_path / "from-folder"
+    pretrain(PretrainConfig.from_dict(settings([prepared[64]], from_folder, max_steps=2, eval_steps=2)))
+    assert_same_weights(from_hub, from_folder)
+    assert logged_steps(from_hub) == logged_steps(from_folder)
+
+
+def test_default_job_prepares_the_builtin_corpus():
     config = PretrainConfig()
-    assert config.corpus is None and config.preset == "mini" and config.vocab_size == 8000
+    assert config.input is None and config.dataset is None and config.prepared is None
+    assert prepare_source(config) is None and BUILTIN_CORPUS.is_file()  # None: the built-in Austen corpus
+    assert config.preset == "mini" and config.vocab_size == 8000
     assert config.max_time_minutes is not None  # the default job is bounded in time
-    documents, name = load_documents(config)
-    assert "Austen" in name and len(documents) > 250  # one document per chapter
-    assert documents[0] == ["EMMA", "By Jane Austen", "VOLUME I"]  # the front matter, before CHAPTER I
-    assert documents[1][0].startswith("Emma Woodhouse, handsome, clever, and rich")
-    # Paragraphs are split into sentences: NSP needs sentence units (a chunk of one over-long unit always gets a
-    # random next segment, which made ~2/3 of the pairs random-next before this split existed).
-    assert documents[1][0].endswith("very little to distress or vex her.")
-    assert documents[1][1].startswith("She was the youngest of the two daughters")
-    units = [unit for doc in documents for unit in doc]
-    assert len(units) > 2.5 * 10298 and sum(map(len, units)) / len(units) < 150  # 10,298 paragraph lines
-    with pytest.raises(ConfigError, match="either corpus"):
-        PretrainConfig(corpus=["a.txt"], dataset="b")
+    with pytest.raises(ConfigError, match="either input"):
+        PretrainConfig(input=["a.txt"], dataset="b")
 
 
-def test_paragraph_corpus_gives_balanced_next_sentence_pairs(corpus, tokenizer_dir):
-    """Paragraph lines are split into sentences before NSP: with whole paragraphs as units most chunks were one
-    unit, which the original algorithm always pairs with a random next segment (about 2/3 random-next)."""
-    config = PretrainConfig.from_dict(settings(corpus, tokenizer_dir, "unused"))
-    documents, _ = load_documents(config)
-    data = prepare_data(config, load_tokenizer(tokenizer_dir), documents, documents[:2], [128], "test")
-    labels = np.asarray(data.train[128]["next_sentence_label"])
-    assert len(labels) > 200 and 0.40 < labels.mean() < 0.60
-
-
-def test_baselines_are_those_of_the_final_phase_length(corpus, tokenizer_dir):
-    """The final evaluation runs at the last phase's length, so its trivial baselines come from that held-out set
-    (a short first phase must not lend the report its own baseline)."""
-    config = PretrainConfig.from_dict(settings(corpus, tokenizer_dir, "unused"))
-    documents, _ = load_documents(config)
-    train, held_out = split_documents(documents[:40], config.eval_fraction, config.seed)
-    data = prepare_data(config, load_tokenizer(tokenizer_dir), train, held_out, [32, 128], "test")
-    short, final = baselines(data.evaluation[32]), baselines(data.evaluation[128])
-    assert short != final
-    for key, value in final.items():
-        assert data.stats[key] == value
-    assert data.stats["baselines_by_length"] == {32: short, 128: final}
-
-
-def test_push_to_hub_uploads_the_export_but_not_the_checkpoints(corpus, tokenizer_dir, tmp_path, monkeypatch):
+def test_push_to_hub_uploads_the_export_but_not_the_checkpoints(prepared, tmp_path, monkeypatch):
     from huggingface_hub import constants
     from hub_server import allow_hub_calls, start_hub
 
@@ -545,7 +602,7 @@ def test_push_to_hub_uploads_the_export_but_not_the_checkpoints(corpus, tokenize
         monkeypatch.setattr(constants, "ENDPOINT", hub.url)  # what HF_ENDPOINT sets when read at import
         monkeypatch.setenv("HF_TOKEN", hub.WRITE_TOKEN)
         output_dir = tmp_path / "pushed"
-        pretrain(PretrainConfig.from_dict(settings(corpus, tokenizer_dir, output_dir, max_steps=2, eval_steps=2,
+        pretrain(PretrainConfig.from_dict(settings([prepared[64]], output_dir, max_steps=2, eval_steps=2,
                                                    push_to_hub="user/austen-tiny", hub_revision="exp")))
         repo = hub.repos[("model", "user/austen-tiny")]
         files = set(repo.commits[repo.branches["exp"]].files)
@@ -558,16 +615,14 @@ def test_push_to_hub_uploads_the_export_but_not_the_checkpoints(corpus, tokenize
     assert (output_dir / "checkpoint-00000002").is_dir()
 
 
-def test_a_datasets_dataset_is_a_corpus_too(tmp_path):
+def test_a_datasets_dataset_is_an_input_too(tmp_path, capsys):
     from datasets import Dataset
 
     texts = [f"Chapter {i} begins here. It has a second sentence. And a third one, Mr. Knightley said."
              for i in range(5)]
     Dataset.from_dict({"text": texts}).save_to_disk(tmp_path / "ds")
-    config = PretrainConfig(dataset=str(tmp_path / "ds"))
-    documents, name = load_documents(config)
-    assert name == str(tmp_path / "ds") and len(documents) == 5
-    assert documents[0] == ["Chapter 0 begins here.", "It has a second sentence.",
-                            "And a third one, Mr. Knightley said."]
-    with pytest.raises(ConfigError, match="no column 'body'"):
-        load_documents(PretrainConfig(dataset=str(tmp_path / "ds"), text_column="body"))
+    source = prepare_source(PretrainConfig(dataset=str(tmp_path / "ds")))
+    assert source.column_names == ["text"] and source["text"] == texts
+    output_dir = tmp_path / "run"
+    assert main(["--dataset", str(tmp_path / "ds"), "--text_column", "body", "--output_dir", str(output_dir)]) == 2
+    assert "text_column 'body' is not a column of" in capsys.readouterr().err

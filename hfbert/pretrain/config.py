@@ -18,6 +18,7 @@ from typing import Any
 
 from ..arguments import CommandParser, UsageError, load_settings_file
 from ..configuration_hfbert import HfBertConfig
+from ..data.sources import LAYOUTS, boundary_pattern
 from ..optim import OPTIMIZERS
 
 __all__ = ["ConfigError", "PretrainConfig", "Phase", "command_parser", "load_config", "parse_args", "resolve_phases"]
@@ -51,14 +52,18 @@ class PretrainConfig:
     """Everything ``hfbert pretrain`` needs."""
 
     # -- data
-    corpus: list[str] | None = _setting(
-        None, "text files (UTF-8, .gz allowed); default: the built-in public-domain Austen corpus")
+    prepared: list[str] | None = _setting(
+        None, "prepared folders or Hub dataset repos (hfbert prepare), one per sequence length of the schedule; "
+              "without it the job prepares its input into output_dir/prepared first")
+    input: list[str] | None = _setting(
+        None, "text files, globs or fsspec URLs (UTF-8, .gz too); default: the built-in public-domain Austen corpus")
     dataset: str | None = _setting(
         None, "a `datasets` dataset of raw text instead of files: a save_to_disk folder or a load_dataset path")
     dataset_split: str = _setting("train", "split of --dataset")
     text_column: str | None = _setting(None, "column of --dataset with the text ('sentences' or 'text' if not given)")
     input_layout: str | None = _setting(
-        None, "'sentences' (one per line, blank line between documents) or 'paragraphs' (one per line)")
+        None, "sentences (one per line, blank line between documents), paragraphs (one per line) or people-daily "
+              "(segmented, POS-tagged Chinese)")
     document_boundary: str | None = _setting(
         None, "regex for heading lines that start a new document; 'chapter' = CHAPTER I / Chapter 9 headings")
     eval_fraction: float = _setting(0.05, "share of documents held out for evaluation (whole documents)")
@@ -188,10 +193,16 @@ def _require(condition: bool, message: str) -> None:
 
 
 def _check_values(c: PretrainConfig) -> None:
-    _require(c.corpus is None or c.dataset is None, "give either corpus (files) or dataset, not both")
-    _require(c.corpus is None or len(c.corpus) > 0, "corpus is an empty list; give at least one file")
-    _require(c.input_layout in (None, "sentences", "paragraphs"),
-             f"input_layout must be 'sentences' or 'paragraphs', got {c.input_layout!r}")
+    _require(c.input is None or c.dataset is None, "give either input (files) or dataset, not both")
+    _require(c.input is None or len(c.input) > 0, "input is an empty list; give at least one file")
+    _require(c.prepared is None or len(c.prepared) > 0, "prepared is an empty list; give at least one folder")
+    _require(c.prepared is None or (c.input is None and c.dataset is None and c.tokenizer is None),
+             "prepared folders hold their examples and tokenizer: give prepared, or input/dataset/tokenizer")
+    _require(c.input_layout in (None, *LAYOUTS), f"input_layout must be one of {LAYOUTS}, got {c.input_layout!r}")
+    try:
+        boundary_pattern(c.document_boundary)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     _require(0.0 < c.eval_fraction < 1.0, f"eval_fraction must be in (0, 1), got {c.eval_fraction}")
     _require(c.masking in ("dynamic", "static"), f"masking must be 'dynamic' or 'static', got {c.masking!r}")
     _require(0.0 < c.masked_lm_prob < 1.0, f"masked_lm_prob must be in (0, 1), got {c.masked_lm_prob}")

@@ -1,25 +1,31 @@
-"""Data for ``hfbert pretrain``: corpus -> documents -> held-out split -> vocabulary -> NSP/MLM examples -> batches.
+"""Data for ``hfbert pretrain``: prepared corpora (one per sequence length) -> batches, by row index.
 
-The example builder itself is :func:`hfbert.data.build_pretraining_dataset` (Google's ``create_pretraining_data``
-semantics); this module decides *which* documents go where and *which* rows form each batch:
+Training reads prepared folders (:class:`hfbert.data.PreparedCorpus`: Parquet shards, a manifest, the
+tokenizer), never raw text: ``--prepared DIR_OR_REPO`` names them, and without it the job first prepares its
+input (``--input``, ``--dataset`` or the built-in corpus) into ``output_dir/prepared/`` with
+:func:`hfbert.data.prepare_corpus` -- the same folders ``hfbert prepare`` writes, read the same way.
 
-* The held-out split is by whole documents (a random ``eval_fraction`` of them), so no NSP pair or sentence of an
-  evaluation example was seen in training. Held-out examples are masked once (static masking, a fixed seed), so
-  every evaluation scores the same positions and numbers compare across steps.
-* :class:`BatchPlan` maps an optimizer step to dataset rows by arithmetic alone: each epoch is a permutation
-  seeded by ``(seed, phase, epoch)``, and micro-batch ``k`` takes rows ``[k*B*W, (k+1)*B*W)`` of it, process ``r``
-  the ``r``-th slice of ``B``. Resuming at step ``s`` therefore jumps straight to its rows (nothing is replayed),
-  and the rows do not depend on how often the job was interrupted.
+* Rows by index. :class:`BatchPlan` maps an optimizer step to row indices by arithmetic alone: each epoch is a
+  seeded bijection of ``[0, rows)`` (a Feistel network, :class:`Permutation`, so no order array of the corpus's
+  size is ever held), and micro-batch ``k`` takes positions ``[k*B*W, (k+1)*B*W)`` of it, process ``r`` the
+  ``r``-th slice of ``B``. Each process reads only its own rows (``PreparedCorpus.rows`` decodes only the
+  Parquet row groups that hold them), resuming at step ``s`` jumps straight to its rows, and the rows do not
+  depend on how often the job was interrupted. Reading by index rather than giving each process its own shards
+  keeps the batch of a step independent of the number of processes and lets any number of processes share any
+  number of shards.
 * Dynamic masks are drawn by the collator from a generator seeded by ``(seed, phase, micro-batch, process)``,
   so they too depend only on the position in the schedule.
+* The held-out set is the prepared validation split (whole documents held out when the folder was built),
+  capped at ``max_eval_examples`` rows spread over all shards, and masked once: statically in the folder, or,
+  for a dynamically masked folder, by the collator with a seed fixed by the batch's number. Every evaluation
+  scores the same positions, whatever the number of processes.
 """
 
 from __future__ import annotations
 
-import gzip
-import shutil
-import tempfile
-from collections.abc import Iterator
+import hashlib
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,211 +33,324 @@ from typing import Any
 import datasets
 import numpy as np
 import torch
-from transformers import AutoTokenizer
+from accelerate.utils import broadcast_object_list
 
-from ..data import CHAPTER_HEADING, build_pretraining_dataset, read_documents, split_sentences
-from ..data.pipeline import DEFAULT_POOL_SIZE
-from ..tokenization import train_wordpiece
+from ..data import DataCollatorForBertPretraining, PreparedCorpus, prepare_corpus
+from ..data.sources import BUILTIN_CORPUS
 from .config import ConfigError, PretrainConfig
 
 __all__ = [
-    "BUILTIN_CORPUS", "BatchPlan", "PretrainingData", "baselines", "check_sources", "collate", "examples_at",
-    "iterate_eval_batches", "load_documents", "load_tokenizer", "prepare_data", "split_documents", "train_tokenizer",
+    "BUILTIN_CORPUS", "PREPARED_DIR", "BatchPlan", "Permutation", "TrainingData", "baselines", "check_sources",
+    "collate", "load_training_data", "prepare_source",
 ]
 
-#: Jane Austen's six novels (public domain), one paragraph per line, "CHAPTER ..." lines between chapters.
-BUILTIN_CORPUS = Path(__file__).resolve().parents[1] / "corpora" / "en_austen_6novels.txt.gz"
 BUILTIN_CORPUS_NAME = "Jane Austen's six novels (public domain, shipped with hfbert)"
+#: Where a job without ``--prepared`` prepares its input, inside ``output_dir`` (one folder per length).
+PREPARED_DIR = "prepared"
+_HELD_OUT_STREAM = 0x686F6C64  # separates the held-out masks' seeds from the training masks'
+# Errors of reading or building data that a user can fix: a missing file, a corrupt shard, an empty input.
+_DATA_ERRORS = (FileNotFoundError, FileExistsError, KeyError, ValueError)
 
 
 def check_sources(config: PretrainConfig) -> None:
     """Fail before any work when an input named in the config does not exist."""
-    for path in config.corpus or []:
-        if not Path(path).is_file():
-            raise ConfigError(f"corpus file not found: {path}")
-    if config.corpus is None and config.dataset is None and not BUILTIN_CORPUS.is_file():
+    for path in config.input or []:
+        if "://" not in path and not any(char in path for char in "*?[") and not Path(path).is_file():
+            raise ConfigError(f"input file not found: {path}")
+    if config.input is None and config.dataset is None and config.prepared is None and not BUILTIN_CORPUS.is_file():
         raise ConfigError(f"the built-in corpus is missing from the installation: {BUILTIN_CORPUS}")
     if config.dataset is not None and Path(config.dataset).exists() and not Path(config.dataset).is_dir():
         raise ConfigError(f"dataset must be a save_to_disk folder or a dataset name, got the file {config.dataset}")
     if config.tokenizer is not None and not Path(config.tokenizer).is_dir():
         raise ConfigError(f"tokenizer folder not found: {config.tokenizer}")
+    for name in config.prepared or []:
+        if Path(name).exists() and not Path(name).is_dir():
+            raise ConfigError(f"prepared must name folders or Hub dataset repos, got the file {name}")
+        if not Path(name).exists() and (name.count("/") != 1 or name.startswith((".", "/"))):
+            raise ConfigError(f"prepared folder not found: {name}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Documents
+# Opening (and, without --prepared, building) the prepared corpora
 
 
-def _layout(config: PretrainConfig) -> tuple[str, str | None]:
-    """The input layout and the document-boundary regex (``chapter`` is the chapter-heading rule, as in
-    ``hfbert prepare``)."""
-    boundary = CHAPTER_HEADING if config.document_boundary == "chapter" else config.document_boundary
-    if config.corpus is None:  # the built-in corpus: paragraphs, chapters are documents
-        return config.input_layout or "paragraphs", boundary or CHAPTER_HEADING
-    return config.input_layout or "sentences", boundary
+@dataclass
+class TrainingData:
+    """What the loop reads: per sequence length, the prepared corpus, its collator and the held-out batches."""
+
+    corpora: dict[int, PreparedCorpus]
+    collators: dict[int, DataCollatorForBertPretraining]
+    held_out: dict[int, list[dict[str, torch.Tensor]]]  # collated once, fixed masks; process r takes every W-th
+    tokenizer: Any
+    stats: dict[str, Any]
 
 
-def _read_files(paths: list[Path], layout: str, boundary: str | None) -> list[list[str]]:
-    """Documents (lists of sentences) from text files; ``.gz`` files are decompressed into a temporary folder
-    first.  With ``layout="paragraphs"`` every paragraph is split into sentences here: NSP needs sentence units
-    (a chunk of one over-long unit is always given a random next segment, and A/B splits only fall between units)."""
-    with tempfile.TemporaryDirectory(prefix="hfbert-corpus-") as scratch:
-        plain = []
-        for number, path in enumerate(paths):
-            if path.suffix == ".gz":
-                target = Path(scratch) / f"{number}-{path.stem}"
-                with gzip.open(path, "rb") as source, target.open("wb") as sink:
-                    shutil.copyfileobj(source, sink)
-                path = target
-            plain.append(path)
-        documents = [doc for doc in read_documents(plain, layout=layout, boundary=boundary) if doc]
-    if layout == "paragraphs":
-        documents = [[sentence for paragraph in doc for sentence in split_sentences(paragraph)] for doc in documents]
-    return [doc for doc in documents if doc]
+def load_training_data(config: PretrainConfig, accelerator, lengths: Sequence[int]) -> TrainingData:
+    """The prepared corpus of every length of the schedule, checked against each other and the settings; without
+    ``--prepared``, prepared first (see :func:`prepare_in_output_dir`). Raises :class:`ConfigError`."""
+    lengths = list(dict.fromkeys(lengths))
+    try:
+        if config.prepared is not None:
+            # One download per machine: the local main process fills the Hub cache, the others then read it.
+            with accelerator.local_main_process_first():
+                opened = [PreparedCorpus.open(name) for name in config.prepared]
+        else:
+            folders = prepare_in_output_dir(config, accelerator, lengths)
+            opened = [PreparedCorpus.open(folders[length]) for length in lengths]
+        corpora = _by_length(opened, lengths, config)
+        tokenizer = corpora[lengths[0]].load_tokenizer()
+    except _DATA_ERRORS as err:
+        raise ConfigError(str(err).strip("'\"")) from None
+    collators = {length: _collator(corpus, tokenizer) for length, corpus in corpora.items()}
+    held_out = {length: held_out_batches(corpus, collators[length], config.max_eval_examples,
+                                         config.eval_batch_size, config.seed)
+                for length, corpus in corpora.items()}
+    return TrainingData(corpora, collators, held_out, tokenizer, _stats(corpora, held_out, lengths))
 
 
-def _dataset_documents(config: PretrainConfig) -> list[list[str]]:
-    """Documents from a ``datasets`` dataset: a ``sentences`` column (list of str) or one raw text per row."""
-    if Path(config.dataset).is_dir():
-        loaded = datasets.load_from_disk(config.dataset)
-    else:
-        loaded = datasets.load_dataset(config.dataset)
+def _by_length(opened: list[PreparedCorpus], lengths: list[int], config: PretrainConfig) -> dict[int, PreparedCorpus]:
+    """Each phase's length -> the corpus prepared at that length (folders of other lengths are not used); one
+    tokenizer for all; held-out rows present."""
+    corpora: dict[int, PreparedCorpus] = {}
+    for corpus in opened:
+        if corpus.max_seq_length in corpora:
+            raise ConfigError(f"prepared folders {corpora[corpus.max_seq_length].path} and {corpus.path} both hold "
+                              f"length {corpus.max_seq_length}; give one folder per length")
+        corpora[corpus.max_seq_length] = corpus
+    missing = [length for length in lengths if length not in corpora]
+    if missing:
+        raise ConfigError(f"the schedule trains at length(s) {missing}, but the prepared folders hold "
+                          f"{sorted(corpora)}; prepare one folder per length (hfbert prepare --max_seq_length N) or "
+                          "set --max_seq_length / --phases to the folders' lengths")
+    first = corpora[lengths[0]]
+    for length in lengths:
+        corpus = corpora[length]
+        if corpus.manifest["tokenizer"]["sha256"] != first.manifest["tokenizer"]["sha256"]:
+            raise ConfigError(f"the prepared folders {first.path} and {corpus.path} were built with different "
+                              "tokenizers; build every length with the same one (hfbert prepare --tokenizer DIR)")
+        if "validation" not in corpus.splits or corpus.num_rows("validation") == 0:
+            raise ConfigError(f"the prepared folder {corpus.path} has no validation rows to evaluate on; prepare it "
+                              "with --eval_fraction > 0 and enough documents")
+    if config.prepared is not None:
+        _check_data_settings(config, first)
+    return {length: corpora[length] for length in lengths}
+
+
+# Settings of PretrainConfig that a prepared folder fixes when it is built; with --prepared they come from its
+# manifest, and a value given here that differs from both the default and the manifest is a mistake to report.
+_BUILD_SETTINGS = ("masking", "dupe_factor", "masked_lm_prob", "max_predictions_per_seq", "short_seq_prob",
+                   "whole_word_mask", "eval_fraction")
+
+
+def _check_data_settings(config: PretrainConfig, corpus: PreparedCorpus) -> None:
+    defaults = PretrainConfig()
+    for name in _BUILD_SETTINGS:
+        given, built = getattr(config, name), corpus.settings.get(name)
+        if given != getattr(defaults, name) and given != built:
+            raise ConfigError(f"{name} is {given!r} but the prepared folder {corpus.path} was built with {built!r}; "
+                              "a prepared folder's data settings are its own (rebuild it to change them)")
+
+
+def _collator(corpus: PreparedCorpus, tokenizer) -> DataCollatorForBertPretraining:
+    """Pads (static masks are in the rows) or masks (dynamic) with the settings the folder was built with."""
+    s = corpus.settings
+    return DataCollatorForBertPretraining(
+        tokenizer, s["masked_lm_prob"], max_predictions_per_seq=s["max_predictions_per_seq"],
+        selection=s.get("selection", "fixed"), whole_word_mask=s["whole_word_mask"],
+        wwm_per_word_decision=s.get("wwm_per_word_decision", True),
+        random_token_ids=s.get("random_token_ids", "non_special"))
+
+
+def prepare_source(config: PretrainConfig):
+    """What :func:`hfbert.data.prepare_corpus` reads: None (the built-in corpus), the input files, or the dataset."""
+    if config.dataset is None:
+        return config.input
+    loaded = (datasets.load_from_disk(config.dataset) if Path(config.dataset).is_dir()
+              else datasets.load_dataset(config.dataset))
     if isinstance(loaded, datasets.DatasetDict):
         if config.dataset_split not in loaded:
             raise ConfigError(f"dataset {config.dataset} has no split {config.dataset_split!r}: {list(loaded)}")
         loaded = loaded[config.dataset_split]
-    columns = loaded.column_names
-    column = config.text_column or next((c for c in ("sentences", "text") if c in columns), None)
-    if column not in columns:
-        raise ConfigError(f"dataset {config.dataset} has no column {column or 'sentences/text'!r} (columns {columns})")
-    values = loaded[column]
-    if values and isinstance(values[0], str):
-        return [doc for doc in (split_sentences(text) for text in values) if doc]
-    return [list(doc) for doc in values if doc]
+    return loaded
 
 
-def load_documents(config: PretrainConfig) -> tuple[list[list[str]], str]:
-    """All documents (lists of sentences) of the configured corpus, and a human-readable name for it."""
-    layout, boundary = _layout(config)
-    if config.dataset is not None:
-        documents, name = _dataset_documents(config), config.dataset
-    elif config.corpus is None:
-        documents, name = _read_files([BUILTIN_CORPUS], layout, boundary), BUILTIN_CORPUS_NAME
-    else:
-        documents, name = _read_files([Path(p) for p in config.corpus], layout, boundary), ", ".join(config.corpus)
-    if len(documents) < 4:
-        raise ValueError(
-            f"the corpus ({name}) has {len(documents)} non-empty document(s); pretraining needs at least 4 "
-            "(two to train on and two held out, as next-sentence prediction draws from other documents)"
-        )
-    return documents, name
+def prepare_in_output_dir(config: PretrainConfig, accelerator, lengths: list[int]) -> dict[int, Path]:
+    """Prepare the input into ``output_dir/prepared/length-N`` (one folder per length) on every machine.
+
+    The main process prepares first, training the WordPiece vocabulary (at the first length; the others reuse
+    it); then it sends the tokenizer files and the shards' digests to every process. The main process of each
+    other machine prepares the same folders with that tokenizer -- shards depend only on the input, the settings
+    and the tokenizer, so the machines agree byte for byte without a shared disk, and the digests prove it --
+    unless it already sees them (a disk shared with the main process). A resumed run reuses its folders.
+    """
+    root = Path(config.output_dir) / PREPARED_DIR
+    folders = {length: root / f"length-{length}" for length in lengths}
+    if config.resume:
+        return folders
+    sent = None
+    if accelerator.is_main_process:
+        _prepare(config, folders, lengths, config.tokenizer)
+        sent = _built(folders, with_tokenizer=True)
+    sent = broadcast_object_list([sent])[0]
+    if accelerator.is_local_main_process and not accelerator.is_main_process and _built(folders) != sent["digests"]:
+        tokenizer_dir = root / "tokenizer"
+        tokenizer_dir.mkdir(parents=True, exist_ok=True)
+        for name, data in sent["tokenizer"].items():
+            (tokenizer_dir / name).write_bytes(data)
+        _prepare(config, folders, lengths, str(tokenizer_dir))
+        if _built(folders) != sent["digests"]:
+            raise RuntimeError(f"the prepared folders in {root} differ from those of the main process: the input "
+                               "must be the same files on every machine")
+    accelerator.wait_for_everyone()
+    return folders
 
 
-def split_documents(documents: list, eval_fraction: float, seed: int) -> tuple[list, list]:
-    """A seeded split by whole documents: at least 2 held out and at least 2 kept for training."""
-    count = len(documents)
-    held_out = min(max(2, int(round(eval_fraction * count))), count - 2)
-    order = np.random.default_rng([seed, 0x5EED]).permutation(count)
-    eval_ids = set(order[:held_out].tolist())
-    train = [doc for i, doc in enumerate(documents) if i not in eval_ids]
-    evaluation = [doc for i, doc in enumerate(documents) if i in eval_ids]
-    return train, evaluation
+def _prepare(config: PretrainConfig, folders: dict[int, Path], lengths: list[int], tokenizer) -> None:
+    source = prepare_source(config)
+    for number, length in enumerate(lengths):
+        prepare_corpus(
+            source, folders[length], tokenizer=tokenizer if number == 0 else folders[lengths[0]],
+            vocab_size=config.vocab_size, lowercase=config.lowercase, max_seq_length=length,
+            eval_fraction=config.eval_fraction, masking=config.masking, dupe_factor=config.dupe_factor,
+            masked_lm_prob=config.masked_lm_prob, max_predictions_per_seq=config.max_predictions_per_seq,
+            short_seq_prob=config.short_seq_prob, whole_word_mask=config.whole_word_mask,
+            input_layout=config.input_layout, document_boundary=config.document_boundary,
+            text_column=config.text_column, seed=config.seed, num_proc=config.num_proc, overwrite=True)
+
+
+def _built(folders: dict[int, Path], with_tokenizer: bool = False) -> dict | None:
+    """Each folder's shard digests (None when a folder is not complete); with the tokenizer files, to send."""
+    digests = {}
+    for length, folder in folders.items():
+        manifest = folder / "hfbert_prepare.json"
+        if not manifest.is_file():
+            return None
+        splits = json.loads(manifest.read_text(encoding="utf-8"))["splits"]
+        digests[length] = hashlib.sha256(json.dumps(splits, sort_keys=True).encode()).hexdigest()
+    if not with_tokenizer:
+        return digests
+    first = folders[next(iter(folders))]
+    names = json.loads((first / "hfbert_prepare.json").read_text(encoding="utf-8"))["tokenizer"]["files"]
+    return {"digests": digests, "tokenizer": {name: (first / name).read_bytes() for name in names}}
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Vocabulary
+# The held-out set and the statistics of the data
 
 
-def train_tokenizer(config: PretrainConfig, documents: list[list[str]]):
-    """A WordPiece tokenizer learned from the training documents (one sentence per text)."""
-    sentences = [sentence for document in documents for sentence in document]
-    return train_wordpiece(sentences, vocab_size=config.vocab_size, lowercase=config.lowercase)
+def held_out_batches(corpus: PreparedCorpus, collator, cap: int, batch_size: int, seed: int) -> list[dict]:
+    """The first ``cap`` rows of an even spread over the validation split, collated in fixed batches with fixed
+    masks (a batch's masks are seeded by its number, so they do not depend on the number of processes)."""
+    total = corpus.num_rows("validation")
+    count = min(total, cap)
+    indices = (np.arange(count, dtype=np.int64) * total) // count  # every shard contributes
+    batches = []
+    for number, start in enumerate(range(0, count, batch_size)):
+        rows = corpus.rows("validation", indices[start : start + batch_size])
+        seed_of_batch = int(np.random.SeedSequence([seed, _HELD_OUT_STREAM, number]).generate_state(1)[0])
+        batches.append(collate(collator, rows, seed_of_batch))
+    return batches
 
 
-def load_tokenizer(path: str | Path):
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    if not getattr(tokenizer, "is_fast", False):
-        raise ConfigError(f"the tokenizer in {path} is not a fast tokenizer (tokenizer.json); hfbert needs one")
-    required = ("cls_token", "sep_token", "mask_token", "pad_token")
-    missing = [name for name in required if getattr(tokenizer, name) is None]
-    if missing:
-        raise ConfigError(f"the tokenizer in {path} lacks {missing}; pretraining needs [CLS], [SEP], [MASK], [PAD]")
-    return tokenizer
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Examples
-
-
-@dataclass
-class PretrainingData:
-    """Training and held-out examples for each distinct sequence length of the schedule, plus statistics."""
-
-    train: dict[int, Any]  # max_seq_length -> datasets.Dataset
-    evaluation: dict[int, Any]
-    stats: dict[str, Any]
-
-
-def _build(documents, tokenizer, config: PretrainConfig, length: int, *, masking: str, dupe_factor, seed: int):
-    return build_pretraining_dataset(
-        documents, tokenizer, max_seq_length=length, short_seq_prob=config.short_seq_prob, dupe_factor=dupe_factor,
-        masking=masking, masked_lm_prob=config.masked_lm_prob, max_predictions_per_seq=config.max_predictions_per_seq,
-        whole_word_mask=config.whole_word_mask, num_proc=config.num_proc, seed=seed,
-        pool_size=max(2, min(DEFAULT_POOL_SIZE, len(documents))),
-    )
-
-
-def prepare_data(config: PretrainConfig, tokenizer, train_docs: list, eval_docs: list, lengths: list[int],
-                 corpus_name: str) -> PretrainingData:
-    """Build the examples of every phase length: training ones as configured, held-out ones statically masked
-    once with a fixed seed (the same positions at every evaluation) and capped at ``max_eval_examples``."""
-    train, evaluation = {}, {}
-    for length in sorted(set(lengths)):
-        train[length] = _build(train_docs, tokenizer, config, length, masking=config.masking,
-                               dupe_factor=config.dupe_factor, seed=config.seed)
-        held_out = _build(eval_docs, tokenizer, config, length, masking="static", dupe_factor=1, seed=config.seed + 1)
-        evaluation[length] = held_out.select(range(min(len(held_out), config.max_eval_examples)))
-    first, last = min(train), lengths[-1]
-    stats = {
-        "corpus": corpus_name,
-        "documents": len(train_docs) + len(eval_docs),
-        "train_documents": len(train_docs),
-        "eval_documents": len(eval_docs),
-        "sentences": sum(map(len, train_docs)) + sum(map(len, eval_docs)),
-        "vocab_size": len(tokenizer),
-        "train_examples": {length: len(ds) for length, ds in train.items()},
-        "eval_examples": {length: len(ds) for length, ds in evaluation.items()},
-        "train_tokens": int(sum(len(ids) for ids in train[first]["input_ids"])),
-        "masking": config.masking,
+def baselines(batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """Trivial predictors on the held-out set: the most frequent masked token, and the majority NSP class."""
+    targets = torch.cat([b["labels"][b["labels"] != -100] for b in batches])
+    nsp = torch.cat([b["next_sentence_label"] for b in batches]).double()
+    top = torch.bincount(targets).max().item() if targets.numel() else 0
+    return {
+        "eval_mlm_baseline_most_frequent_token": float(top / max(targets.numel(), 1)),
+        "eval_nsp_baseline_majority_class": float(max(nsp.mean(), 1 - nsp.mean())) if nsp.numel() else 0.0,
     }
-    by_length = {length: baselines(ds) for length, ds in evaluation.items()}
+
+
+def _corpus_name(corpus: PreparedCorpus) -> str:
+    described = corpus.manifest.get("input", {})
+    files = described.get("files")
+    if files == [f"hfbert:{BUILTIN_CORPUS.name}"]:
+        return BUILTIN_CORPUS_NAME
+    return ", ".join(files) if files else str(described.get("name", corpus.path))
+
+
+def _stats(corpora: dict[int, PreparedCorpus], held_out: dict[int, list], lengths: list[int]) -> dict[str, Any]:
+    """What the model card and metrics.json say about the data (from the manifests and the held-out batches)."""
+    first = corpora[lengths[0]]
+    report = first.manifest["report"]
+    stats = {
+        "corpus": _corpus_name(first),
+        "prepared": [str(corpus.path) for corpus in corpora.values()],
+        "documents": report["documents"]["used"],
+        "train_documents": report["splits"]["train"]["documents"],
+        "eval_documents": report["splits"]["validation"]["documents"],
+        "sentences": report["sentences"]["used"],
+        "vocab_size": first.manifest["tokenizer"]["vocab_size"],
+        "train_examples": {length: corpus.num_rows("train") for length, corpus in corpora.items()},
+        "eval_examples": {length: sum(len(b["input_ids"]) for b in held_out[length]) for length in corpora},
+        "train_tokens": first.manifest["splits"]["train"]["tokens"],
+        "masking": first.settings["masking"],
+    }
+    by_length = {length: baselines(batches) for length, batches in held_out.items()}
     # The final evaluation is at the last phase's length, so its baselines are the ones reported next to it.
-    stats.update(by_length[last])
+    stats.update(by_length[lengths[-1]])
     if len(by_length) > 1:
         stats["baselines_by_length"] = by_length
-    return PretrainingData(train, evaluation, stats)
-
-
-def baselines(held_out) -> dict[str, float]:
-    """Trivial predictors on the held-out set: the most frequent masked token, and the majority NSP class."""
-    targets = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in held_out["masked_lm_ids"]])
-    nsp = np.asarray(held_out["next_sentence_label"], dtype=np.int64)
-    top = np.bincount(targets).max() if len(targets) else 0
-    return {
-        "eval_mlm_baseline_most_frequent_token": float(top / max(len(targets), 1)),
-        "eval_nsp_baseline_majority_class": float(max(nsp.mean(), 1 - nsp.mean())) if len(nsp) else 0.0,
-    }
+    return stats
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Batches
 
 
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: a fast, well-mixed 64-bit hash (uint64 arithmetic wraps by design)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+class Permutation:
+    """A seeded bijection of ``[0, n)`` that costs O(1) memory, however large ``n``.
+
+    A balanced Feistel network over the smallest even number of bits that covers ``n`` (six rounds, SplitMix64
+    as the round function) permutes ``[0, 2^bits)``; values ``>= n`` are encrypted again until they fall inside
+    (cycle walking), which keeps it a bijection of ``[0, n)``. ``2^bits < 4n``, so a value needs fewer than four
+    encryptions on average. ``np.random.permutation`` would be as random but holds 8 bytes per row: 16 GB for the
+    two billion rows of a terabyte corpus, in every process.
+    """
+
+    ROUNDS = 6
+
+    def __init__(self, n: int, seed: Sequence[int]):
+        if n < 1:
+            raise ValueError(f"a permutation needs n >= 1, got {n}")
+        bits = max(2, (n - 1).bit_length())
+        self.n, self.half = n, np.uint64((bits + bits % 2) // 2)
+        self.mask = np.uint64((1 << int(self.half)) - 1)
+        self.keys = np.random.SeedSequence(list(seed)).generate_state(self.ROUNDS, dtype=np.uint64)
+
+    def _encrypt(self, x: np.ndarray) -> np.ndarray:
+        left, right = x >> self.half, x & self.mask
+        for key in self.keys:
+            left, right = right, left ^ (_mix(right ^ key) & self.mask)
+        return (left << self.half) | right
+
+    def __call__(self, positions) -> np.ndarray:
+        positions = np.asarray(positions, dtype=np.int64)
+        if positions.size and (positions.min() < 0 or positions.max() >= self.n):
+            raise IndexError(f"positions must be in [0, {self.n})")
+        values = self._encrypt(positions.astype(np.uint64))
+        outside = values >= self.n
+        while outside.any():
+            values[outside] = self._encrypt(values[outside])
+            outside = values >= self.n
+        return values.astype(np.int64)
+
+
 class BatchPlan:
-    """Which rows of a phase's dataset each process reads at each micro-batch, by arithmetic only.
+    """Which rows of a phase's corpus each process reads at each micro-batch, by arithmetic only.
 
     ``micro`` counts micro-batches from the start of the phase (optimizer step x accumulation + micro step). Each
-    epoch is a fresh permutation seeded by ``(seed, phase, epoch)``; the tail that does not fill a global batch
-    is skipped in that epoch (and lands elsewhere in the next permutation).
+    epoch is a fresh :class:`Permutation` seeded by ``(seed, phase, epoch)``; the tail that does not fill a global
+    batch is skipped in that epoch (and lands elsewhere in the next permutation).
     """
 
     def __init__(self, num_examples: int, batch_size: int, world_size: int, seed: int, phase: int):
@@ -246,27 +365,19 @@ class BatchPlan:
         self.batches_per_epoch = num_examples // global_batch
         self._epoch, self._order = -1, None
 
-    def _permutation(self, epoch: int) -> np.ndarray:
+    def _permutation(self, epoch: int) -> Permutation:
         if epoch != self._epoch:
-            self._order = np.random.default_rng([self.seed, self.phase, epoch]).permutation(self.num_examples)
-            self._epoch = epoch
+            self._order, self._epoch = Permutation(self.num_examples, [self.seed, self.phase, epoch]), epoch
         return self._order
 
     def rows(self, micro: int, rank: int) -> list[int]:
         epoch, index = divmod(micro, self.batches_per_epoch)
         start = (index * self.world_size + rank) * self.batch_size
-        return self._permutation(epoch)[start : start + self.batch_size].tolist()
+        return self._permutation(epoch)(np.arange(start, start + self.batch_size)).tolist()
 
     def mask_seed(self, micro: int, rank: int) -> int:
         """The seed of the dynamic masks of one micro-batch on one process."""
         return int(np.random.SeedSequence([self.seed, self.phase, micro, rank]).generate_state(1)[0])
-
-
-def examples_at(dataset, rows: list[int]) -> list[dict]:
-    """Rows of a datasets table as a list of example dicts (one Arrow read for the whole batch)."""
-    columns = dataset[rows]
-    names = list(columns)
-    return [dict(zip(names, values)) for values in zip(*(columns[n] for n in names))]
 
 
 def collate(collator, examples: list[dict], mask_seed: int) -> dict[str, torch.Tensor]:
@@ -278,10 +389,3 @@ def collate(collator, examples: list[dict], mask_seed: int) -> dict[str, torch.T
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(mask_seed)
         return collator(examples)
-
-
-def iterate_eval_batches(dataset, batch_size: int, rank: int, world_size: int) -> Iterator[list[dict]]:
-    """This process's share of the held-out set, in fixed order (process ``r`` takes every ``W``-th batch)."""
-    for number, start in enumerate(range(0, len(dataset), batch_size)):
-        if number % world_size == rank:
-            yield examples_at(dataset, list(range(start, min(start + batch_size, len(dataset)))))

@@ -1,12 +1,14 @@
-"""``hfbert pretrain``: corpus -> WordPiece vocabulary -> NSP/MLM examples -> Accelerate training -> Hub-format folder.
+"""``hfbert pretrain``: prepared corpora -> Accelerate training -> Hub-format folder.
 
-With no arguments this is the project's main job: the built-in public-domain Austen corpus, an 8,000-entry
-vocabulary, the ``mini`` preset, a few minutes on a CPU, then a fill-mask example from the trained model. Every
-setting is in :class:`~hfbert.pretrain.config.PretrainConfig`; ``pretrain(config)`` is the same job as a function.
+With no arguments this is the project's main job: the built-in public-domain Austen corpus prepared into
+``output_dir/prepared`` (an 8,000-entry vocabulary, NSP/MLM examples in Parquet shards, as ``hfbert prepare``
+writes them), the ``mini`` preset, a few minutes on a CPU, then a fill-mask example from the trained model.
+``--prepared DIR_OR_REPO`` trains on folders ``hfbert prepare`` built. Every setting is in
+:class:`~hfbert.pretrain.config.PretrainConfig`; ``pretrain(config)`` is the same job as a function.
 
 The loop (after transformers' ``run_mlm_no_trainer.py`` and accelerate's ``nlp_example.py``) reads like the job:
 
-    settings -> data (documents, held-out split, vocabulary, examples) -> model + optimizer + schedule
+    settings -> data (prepared corpora, tokenizer, held-out batches) -> model + optimizer + schedule
     -> [resume] -> train (log, evaluate, checkpoint) -> evaluate -> export (save_pretrained, card, curve) -> push
 
 What makes it exactly resumable: batches come from :class:`~hfbert.pretrain.data.BatchPlan` (rows by arithmetic on
@@ -43,26 +45,13 @@ from transformers import pipeline, set_seed
 
 from ..arguments import UsageError
 from ..configuration_hfbert import HfBertConfig
-from ..data import DataCollatorForBertPretraining
-from ..hub import push_to_hub
+from ..hub import DEFAULT_IGNORE_PATTERNS, push_to_hub
 from ..modelcard import write_pretrained_card
 from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
 from .checkpointing import latest_checkpoint, list_checkpoints, load_checkpoint, remove_incomplete, save_checkpoint
 from .config import RESUMABLE_CHANGES, ConfigError, Phase, PretrainConfig, command_parser, resolve_phases
-from .data import (
-    BatchPlan,
-    PretrainingData,
-    check_sources,
-    collate,
-    examples_at,
-    iterate_eval_batches,
-    load_documents,
-    load_tokenizer,
-    prepare_data,
-    split_documents,
-    train_tokenizer,
-)
+from .data import PREPARED_DIR, BatchPlan, TrainingData, check_sources, collate, load_training_data
 from .tracking import JsonlTracker, read_jsonl
 
 __all__ = ["PretrainResult", "TrainingDivergedError", "main", "pretrain", "preflight"]
@@ -171,38 +160,38 @@ def _make_accelerator(config: PretrainConfig):
 
 
 def _start_output_dir(config: PretrainConfig, accelerator) -> None:
-    """Clear what a previous run left (when overwriting, or a half-written checkpoint) and record the settings."""
+    """Clear what a previous run left (when overwriting, or a half-written checkpoint)."""
     output_dir = Path(config.output_dir)
     if accelerator.is_main_process:
         remove_incomplete(output_dir)
         if not config.resume:
             for _, path in list_checkpoints(output_dir):
                 shutil.rmtree(path)
+            shutil.rmtree(output_dir / PREPARED_DIR, ignore_errors=True)  # prepared again for these settings
             (output_dir / LOG_FILE).unlink(missing_ok=True)
-            (output_dir / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=1), encoding="utf-8")
+            (output_dir / CONFIG_FILE).unlink(missing_ok=True)
     accelerator.wait_for_everyone()
 
 
-def _prepare_data(config: PretrainConfig, accelerator, phases: list[Phase]):
-    """Documents -> split -> tokenizer (trained once by the main process, or reused) -> examples."""
-    documents, corpus_name = load_documents(config)
-    train_docs, eval_docs = split_documents(documents, config.eval_fraction, config.seed)
-    output_dir = Path(config.output_dir)
-    with accelerator.main_process_first():
-        if accelerator.is_main_process and not config.resume:
-            tokenizer = load_tokenizer(config.tokenizer) if config.tokenizer else train_tokenizer(config, train_docs)
-            tokenizer.save_pretrained(output_dir)
-        # Every process, and every resumption, reads the one saved copy: WordPiece training is not reproducible
-        # from one process to the next (ties between merges), so it must never run twice for one run.
-        tokenizer = load_tokenizer(output_dir)
-    data = prepare_data(config, tokenizer, train_docs, eval_docs, [p.max_seq_length for p in phases], corpus_name)
-    return tokenizer, data
+def _record_settings(config: PretrainConfig, accelerator) -> None:
+    """Mark the folder as holding this run, once the data and the model have passed their checks (a run that
+    stopped at a check leaves nothing a retry must --overwrite)."""
+    if accelerator.is_main_process and not config.resume:
+        path = Path(config.output_dir) / CONFIG_FILE
+        path.write_text(json.dumps(config.to_dict(), indent=1), encoding="utf-8")
 
 
-def _build_model(config: PretrainConfig, tokenizer):
+def _build_model(config: PretrainConfig, data: TrainingData):
+    """The model for the corpora's tokenizer, checked against every manifest (vocabulary size, special ids)."""
+    tokenizer = data.tokenizer
     model_config = HfBertConfig.from_preset(
         config.preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **config.model
     )
+    for corpus in data.corpora.values():
+        try:
+            corpus.check_model_config(model_config)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     torch.manual_seed(config.seed)  # the same initial weights on every process and every start
     return HfBertForPreTraining(model_config)
 
@@ -217,13 +206,6 @@ def _build_optimizer(config: PretrainConfig, model):
     return optimizer, linear_warmup_decay(optimizer, warmup, config.max_steps)
 
 
-def _collator(config: PretrainConfig, tokenizer):
-    return DataCollatorForBertPretraining(
-        tokenizer, config.masked_lm_prob, max_predictions_per_seq=config.max_predictions_per_seq,
-        whole_word_mask=config.whole_word_mask,
-    )
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # The loop
 
@@ -231,13 +213,13 @@ def _collator(config: PretrainConfig, tokenizer):
 class _Loop:
     """Train from ``state.step`` to ``max_steps`` (or the time limit): log, evaluate, checkpoint."""
 
-    def __init__(self, config, accelerator, model, optimizer, scheduler, collator, data: PretrainingData, phases,
+    def __init__(self, config, accelerator, model, optimizer, scheduler, data: TrainingData, phases,
                  state: LoopState):
         self.config, self.accelerator, self.model = config, accelerator, model
-        self.optimizer, self.scheduler, self.collator, self.data = optimizer, scheduler, collator, data
+        self.optimizer, self.scheduler, self.data = optimizer, scheduler, data
         self.phases, self.state = phases, state
         world, seed = accelerator.num_processes, config.seed
-        self.plans = [BatchPlan(len(data.train[p.max_seq_length]), p.batch_size, world, seed, p.index)
+        self.plans = [BatchPlan(data.corpora[p.max_seq_length].num_rows("train"), p.batch_size, world, seed, p.index)
                       for p in phases]
         self.output_dir = Path(config.output_dir)
         self.last_saved = state.step
@@ -324,9 +306,9 @@ class _Loop:
 
     def micro_batch(self, phase: Phase, micro: int) -> dict[str, torch.Tensor]:
         """This process's share of micro-batch ``micro`` of ``phase``, collated, on the device."""
-        rank, plan = self.accelerator.process_index, self.plans[phase.index]
-        examples = examples_at(self.data.train[phase.max_seq_length], plan.rows(micro, rank))
-        batch = collate(self.collator, examples, plan.mask_seed(micro, rank))
+        rank, plan, length = self.accelerator.process_index, self.plans[phase.index], phase.max_seq_length
+        examples = self.data.corpora[length].rows("train", plan.rows(micro, rank))  # only this process's rows
+        batch = collate(self.data.collators[length], examples, plan.mask_seed(micro, rank))
         return {name: tensor.to(self.accelerator.device) for name, tensor in batch.items()}
 
     def _diverged_message(self, loss: float, step: int) -> str:
@@ -370,11 +352,9 @@ class _Loop:
         model = accelerator.unwrap_model(self.model)
         model.eval()
         totals = torch.zeros(len(_STATS), dtype=torch.float64)
-        batches = iterate_eval_batches(self.data.evaluation[phase.max_seq_length], self.config.eval_batch_size,
-                                       accelerator.process_index, accelerator.num_processes)
-        for examples in batches:
-            # Static examples need no randomness; collate() still fences off the global RNG the collator reads.
-            batch = {k: v.to(accelerator.device) for k, v in collate(self.collator, examples, 0).items()}
+        batches = self.data.held_out[phase.max_seq_length]
+        for number in range(accelerator.process_index, len(batches), accelerator.num_processes):
+            batch = {k: v.to(accelerator.device) for k, v in batches[number].items()}
             with accelerator.autocast():
                 outputs = model(**batch)
             totals += _batch_stats(outputs, batch)
@@ -453,7 +433,7 @@ def _resume(config: PretrainConfig, accelerator) -> LoopState:
     return state
 
 
-def _tracker_config(config: PretrainConfig, data: PretrainingData) -> dict[str, Any]:
+def _tracker_config(config: PretrainConfig, data: TrainingData) -> dict[str, Any]:
     """Settings and data statistics as flat scalars (TensorBoard's hparams accept nothing else)."""
     flat = {}
     for key, value in {**config.to_dict(), **{f"data_{k}": v for k, v in data.stats.items()}}.items():
@@ -469,8 +449,9 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     accelerator = _make_accelerator(config)
     accelerator.wait_for_everyone()  # every process has checked the output folder before anything is written
     _start_output_dir(config, accelerator)
-    tokenizer, data = _prepare_data(config, accelerator, phases)
-    model = _build_model(config, tokenizer)
+    data = load_training_data(config, accelerator, [p.max_seq_length for p in phases])
+    model = _build_model(config, data)
+    _record_settings(config, accelerator)
     optimizer, scheduler = _build_optimizer(config, model)
     model, optimizer = accelerator.prepare(model, optimizer)
     # The schedule is stepped here once per optimizer step; accelerate's wrapper would step it once per process.
@@ -478,7 +459,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     set_seed(config.seed + accelerator.process_index)  # dropout differs between processes, not between starts
     state = _resume(config, accelerator) if config.resume else LoopState()
     accelerator.init_trackers("hfbert-pretrain", config=_tracker_config(config, data))
-    loop = _Loop(config, accelerator, model, optimizer, scheduler, _collator(config, tokenizer), data, phases, state)
+    loop = _Loop(config, accelerator, model, optimizer, scheduler, data, phases, state)
     try:
         stopped_by = loop.run()
         metrics = {**loop.evaluation(), "step": state.step, "stopped_by": stopped_by,
@@ -491,7 +472,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
             accelerator.log({k: v for k, v in metrics.items() if k.startswith("eval_")}, step=state.step)
         result = PretrainResult(Path(config.output_dir), metrics)
         if accelerator.is_main_process:
-            result.fill_mask = _export(config, accelerator.unwrap_model(model), tokenizer, data, metrics, phases)
+            result.fill_mask = _export(config, accelerator.unwrap_model(model), data, metrics, phases)
         accelerator.wait_for_everyone()
     finally:
         accelerator.end_training()
@@ -500,11 +481,11 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     return result
 
 
-def _export(config, model, tokenizer, data: PretrainingData, metrics: dict, phases) -> list[dict]:
+def _export(config, model, data: TrainingData, metrics: dict, phases) -> list[dict]:
     """Write the Hub-format folder: model, tokenizer, metrics, loss curve, fill-mask example, model card."""
     output_dir = Path(config.output_dir)
     model.save_pretrained(output_dir)
-    tokenizer.save_pretrained(output_dir)
+    data.tokenizer.save_pretrained(output_dir)
     (output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
     records = read_jsonl(output_dir / LOG_FILE)
     curve = plot_curve(records, output_dir / CURVE_FILE, baselines=data.stats)
@@ -550,7 +531,8 @@ def plot_curve(records: list[dict], path: Path, baselines: dict | None = None) -
 
 def _push(config: PretrainConfig) -> None:
     result = push_to_hub(config.output_dir, config.push_to_hub, revision=config.hub_revision,
-                         commit_message="hfbert pretrain: model, tokenizer, card and metrics")
+                         commit_message="hfbert pretrain: model, tokenizer, card and metrics",
+                         ignore_patterns=(*DEFAULT_IGNORE_PATTERNS, f"{PREPARED_DIR}/**"))
     print(f"pushed to {result.repo_id}@{result.revision}: {result.commit_url}")
 
 
@@ -586,6 +568,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = pretrain(config)
+    except UsageError as err:  # found once the data is open (a downloaded folder of the wrong length, ...)
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
+        return 2
     except TrainingDivergedError as err:
         print(f"{parser.prog}: {err}", file=sys.stderr)
         return 1
