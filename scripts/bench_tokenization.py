@@ -1,6 +1,6 @@
 """Throughput of hfbert.tokenize_dataset (batched Dataset.map) on a corpus, for 1 and 2 processes.
 
-Usage: python scripts/bench_tokenization.py [--corpus FILE.txt] [--vocab-size 8000]
+Usage: python scripts/bench_tokenization.py [--corpus FILE.txt] [--vocab_size 8000] [--repeats 2]
 The corpus defaults to the Austen novels shipped with hfbert. Prints MB/s of UTF-8 input per num_proc (best of
 --repeats runs), for the exact `tokenizers` pipeline (special tokens on) and for the word-cache fast path that
 tokenize_dataset takes for plain ids.
@@ -8,15 +8,16 @@ tokenize_dataset takes for plain ids.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import time
+from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 
 import datasets
 import torch
 
+from hfbert.arguments import CommandParser
 from hfbert.tokenization import tokenize_dataset, train_wordpiece
 
 BUILTIN_CORPUS = files("hfbert") / "corpora" / "en_austen_6novels.txt.gz"
@@ -29,13 +30,16 @@ def read_lines(path: str | None) -> list[str]:
     return Path(path).read_text(encoding="utf-8").splitlines()
 
 
+@dataclass
+class BenchSettings:
+    corpus: str | None = field(default=None, metadata={"help": "UTF-8 text, one text per line (default: the shipped one)"})
+    vocab_size: int = field(default=8000, metadata={"help": "WordPiece vocabulary trained on the corpus"})
+    repeats: int = field(default=2, metadata={"help": "timed runs per configuration; the best counts"})
+    batch_size: int = field(default=1000, metadata={"help": "texts per Dataset.map batch"})
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default=None, help="UTF-8 text, one text per line (default: the built-in one)")
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=1000)
-    args = parser.parse_args()
+    args = CommandParser("python scripts/bench_tokenization.py", BenchSettings, description=__doc__).parse()
     torch.set_num_threads(1)
     datasets.disable_progress_bars()
     lines = read_lines(args.corpus)
