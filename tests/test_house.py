@@ -266,9 +266,8 @@ assert main(["prepare", "--input", "corpus.txt", "--tokenizer", "tok", "--output
              "--input_layout", "paragraphs", "--document_boundary", "chapter", "--max_seq_length", "64",
              "--dupe_factor", "1"]) == 0
 Path("pretrain.json").write_text(json.dumps({
-    "input": ["corpus.txt"], "input_layout": "paragraphs", "document_boundary": "chapter", "tokenizer": "tok",
-    "preset": "tiny", "model": tiny_model, "batch_size": 4, "max_seq_length": 32, "max_steps": 2,
-    "logging_steps": 1, "eval_steps": 2, "save_steps": 2, "max_time_minutes": None, "eval_fraction": 0.2,
+    "prepared": ["prepared"], "preset": "tiny", "model": tiny_model, "batch_size": 4, "max_seq_length": 64,
+    "max_steps": 2, "logging_steps": 1, "eval_steps": 2, "save_steps": 2, "max_time_minutes": None,
     "max_eval_examples": 8, "progress_bar": False, "report_to": ["jsonl"], "output_dir": "pretrained",
     "fill_mask_text": "She was [MASK] happy."}))
 assert main(["pretrain", "--config", "pretrain.json"]) == 0
