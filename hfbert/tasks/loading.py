@@ -1,6 +1,6 @@
 """What every fine-tuning recipe loads: local data files, a tokenizer and a task model of either family.
 
-The ``model_family`` switch exists for the comparison the project promises: the same recipe, seed and data
+The ``model_family`` switch compares the two libraries: the same recipe, seed and data
 trained once with hfbert's classes and once with transformers' own ``BertFor*`` classes.
 """
 
