@@ -1,23 +1,55 @@
-"""Push a trained folder to the Hugging Face Hub, and load any BERT (hfbert or stock transformers) back.
+"""Push a trained folder to the Hugging Face Hub, fetch folders back, and load any BERT (hfbert or stock transformers).
 
-``push_to_hub`` uploads a finished output folder — model, tokenizer, model card, metrics — in one commit, on
-``main`` or on a branch it creates when missing, and can tag the commit. It only reads the folder: whatever goes wrong
-(endpoint unreachable, token refused, no write access) the local output is left exactly as it was, and the error
-says what happened and what to do.
+``push_to_hub`` uploads a finished output folder -- a model (model, tokenizer, model card, metrics) or a dataset
+(``repo_type="dataset"``, e.g. a prepared pretraining corpus) -- in one commit, on ``main`` or on a branch it
+creates when missing, and can tag the commit. It only reads the folder: whatever goes wrong (endpoint unreachable
+or silent, token refused, no write access) the local output is left exactly as it was, and the error says what
+happened and what to do.
 
-``load_any_bert`` loads an hfbert or a stock BERT checkpoint (a local folder or a Hub repository, at any revision)
-as the matching hfbert class, and refuses any other ``model_type`` with a message naming it.
+``download_snapshot`` fetches a whole repository (a model or a dataset) into the cache; ``load_any_bert`` loads an
+hfbert or a stock BERT checkpoint (a local folder or a Hub repository, at any revision) as the matching hfbert
+class, and refuses any other ``model_type`` with a message naming it.
+
+Timeouts. huggingface_hub's shared HTTP client waits forever by default (and some of its calls ask for no limit),
+so an endpoint that accepts the connection and never answers would hang a push for good. Every Hub call made here
+runs inside :func:`hub_timeout`: connecting, each read and each write give up after ``timeout`` seconds (the
+``timeout`` argument, else the ``HFBERT_HUB_TIMEOUT`` environment variable, else :data:`DEFAULT_TIMEOUT`); raise it
+for slow links. Nothing outside these calls changes. One gap: when a connection is refused in the middle of an
+upload, huggingface_hub replaces its shared client before retrying, and the new client has no limit.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import itertools
 import json
-from dataclasses import dataclass
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub import (
+    HfApi,
+    constants,
+    get_hf_file_metadata,
+    get_session,
+    hf_hub_download,
+    hf_hub_url,
+    snapshot_download,
+)
+from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
+from huggingface_hub.utils import validate_repo_id
+
+from .arguments import CommandParser, UsageError, run_command
+from .configuration_hfbert import HfBertConfig
 from .convert import detect_flavour, head_of, model_class
+
+__all__ = ["DEFAULT_IGNORE_PATTERNS", "DEFAULT_TIMEOUT", "TIMEOUT_ENV", "HubDownloadError", "HubPushError",
+           "PushArguments", "PushResult", "download_snapshot", "hub_timeout", "load_any_bert", "main",
+           "push_to_hub", "read_config_any", "resolve_timeout"]
 
 # Never uploaded by default: resumable training state, caches and logs are not part of the Hub-format export.
 DEFAULT_IGNORE_PATTERNS = (
@@ -31,9 +63,19 @@ DEFAULT_IGNORE_PATTERNS = (
     "*.pyc",
 )
 
+# Seconds to connect, and between bytes read or written. The Hub answers a healthy request in well under a second;
+# a minute leaves room for a slow link and for the Hub's own work on a large commit.
+DEFAULT_TIMEOUT = 60.0
+TIMEOUT_ENV = "HFBERT_HUB_TIMEOUT"
+REPO_TYPES = ("model", "dataset")
+
 
 class HubPushError(RuntimeError):
     """A push that did not happen; the message says why. The local folder is untouched."""
+
+
+class HubDownloadError(RuntimeError):
+    """A download that did not happen (the Hub unreachable or silent); the message names the endpoint."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +87,96 @@ class PushResult:
     tag: str | None = None
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Timeouts
+
+
+def resolve_timeout(timeout: float | None = None) -> float:
+    """``timeout`` seconds, else ``$HFBERT_HUB_TIMEOUT``, else :data:`DEFAULT_TIMEOUT`; ``ValueError`` naming the
+    source when it is not a positive number."""
+    source, value = "timeout", timeout
+    if value is None and os.environ.get(TIMEOUT_ENV):
+        source, value = TIMEOUT_ENV, os.environ[TIMEOUT_ENV]
+    if value is None:
+        return DEFAULT_TIMEOUT
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{source} must be a number of seconds, got {value!r}") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{source} must be a positive, finite number of seconds, got {value!r}")
+    return seconds
+
+
+_TIMEOUT_LOCK = threading.Lock()
+_active_limits: list[float] = []  # the limits of the hub_timeout blocks now open, innermost last
+
+
+def _apply_limit(request) -> None:
+    """A request hook of huggingface_hub's shared client: while a :func:`hub_timeout` block is open, the request
+    waits at most that long to connect, for each read and each write -- whatever limit its caller passed, ``None``
+    (no limit) included, which huggingface_hub passes for some calls."""
+    if _active_limits:
+        seconds = _active_limits[-1]
+        request.extensions["timeout"] = {"connect": seconds, "read": seconds, "write": seconds, "pool": seconds}
+
+
+@contextlib.contextmanager
+def hub_timeout(timeout: float | None = None) -> Iterator[float]:
+    """Within the block, huggingface_hub's requests give up after ``timeout`` seconds (see :func:`resolve_timeout`)
+    connecting, and between bytes read or written; yields the seconds.
+
+    The limit is a request hook on huggingface_hub's shared HTTP client, added when the outermost block opens and
+    removed when it closes, so code outside the blocks sees huggingface_hub exactly as it was. Requests made by
+    other threads while a block is open get the limit too.
+    """
+    seconds = resolve_timeout(timeout)
+    with _TIMEOUT_LOCK:
+        client = get_session()
+        hooks = client.event_hooks
+        if _apply_limit not in hooks["request"]:
+            client.event_hooks = {**hooks, "request": [*hooks["request"], _apply_limit]}
+        _active_limits.append(seconds)
+    try:
+        yield seconds
+    finally:
+        with _TIMEOUT_LOCK:
+            _active_limits.remove(seconds)
+            hooks = client.event_hooks
+            if not _active_limits and _apply_limit in hooks["request"]:
+                client.event_hooks = {**hooks, "request": [h for h in hooks["request"] if h is not _apply_limit]}
+
+
+def _timed_out(err: BaseException) -> BaseException | None:
+    """The HTTP client's timeout error in ``err`` or its causes (huggingface_hub and transformers wrap it)."""
+    seen = 0
+    while err is not None and seen < 10:
+        if "TimeoutException" in {cls.__name__ for cls in type(err).__mro__}:
+            return err
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return None
+
+
+def _request_of(err: BaseException) -> str:
+    """``METHOD url`` of the request that failed, when the HTTP error carries it."""
+    try:
+        request = err.request  # httpx-style errors raise RuntimeError when no request is attached
+    except (AttributeError, RuntimeError):
+        return ""
+    return f"{request.method} {request.url}"
+
+
+def _timeout_sentence(err: BaseException, *, endpoint: str, seconds: float, doing: str) -> str:
+    request = _request_of(err)
+    return (f"the Hub at {endpoint} did not answer within {seconds:g} s while {doing}"
+            f"{f' ({type(err).__name__} on {request})' if request else f' ({type(err).__name__})'}. Check the "
+            f"network or HF_ENDPOINT; on a slow link raise the limit with --hub_timeout SECONDS (or {TIMEOUT_ENV}).")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Push
+
+
 def _is_network_error(err: BaseException) -> bool:
     """Connection refused, DNS failure, timeout: the HTTP client's transport errors, or an OSError.
 
@@ -54,10 +186,8 @@ def _is_network_error(err: BaseException) -> bool:
                                                       "TimeoutException", "ProxyError"})
 
 
-def _explain(err: BaseException, *, endpoint: str, repo_id: str, folder: Path) -> str | None:
+def _explain(err: BaseException, *, endpoint: str, repo_id: str, folder: Path, seconds: float) -> str | None:
     """A user-facing sentence for a failed push, or None for errors that are not about the Hub."""
-    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
-
     intact = f"Nothing was changed in {folder}."
     if isinstance(err, OfflineModeIsEnabled):
         return f"cannot push {repo_id}: offline mode is enabled (HF_HUB_OFFLINE=1); unset it to push. {intact}"
@@ -74,19 +204,22 @@ def _explain(err: BaseException, *, endpoint: str, repo_id: str, folder: Path) -
             return (f"the Hub at {endpoint} denied writing to {repo_id} ({status}: {server}). Check that the "
                     f"token has write access to that namespace. {intact}")
         return f"the Hub at {endpoint} rejected the push of {repo_id} ({status}: {server}). {intact}"
+    timeout = _timed_out(err)
+    if timeout is not None:
+        return f"{_timeout_sentence(timeout, endpoint=endpoint, seconds=seconds, doing=f'pushing {repo_id}')} {intact}"
     if _is_network_error(err):
         return (f"cannot reach the Hub at {endpoint} to push {repo_id} ({type(err).__name__}: {err}). "
                 f"Check the network or HF_ENDPOINT and push again. {intact}")
     return None
 
 
-def _check_folder(folder: Path) -> list[Path]:
+def _check_folder(folder: Path, repo_type: str) -> list[Path]:
     if not folder.is_dir():
         raise FileNotFoundError(f"cannot push {folder}: no such folder")
     files = [p for p in folder.rglob("*") if p.is_file()]
     if not files:
         raise ValueError(f"cannot push {folder}: the folder is empty")
-    if not (folder / "config.json").is_file():
+    if repo_type == "model" and not (folder / "config.json").is_file():
         raise ValueError(f"cannot push {folder}: it has no config.json (save the model with save_pretrained first)")
     return files
 
@@ -95,6 +228,7 @@ def push_to_hub(
     folder: str | Path,
     repo_id: str,
     *,
+    repo_type: str = "model",
     revision: str | None = None,
     tag: str | None = None,
     private: bool | None = None,
@@ -102,54 +236,104 @@ def push_to_hub(
     endpoint: str | None = None,
     commit_message: str | None = None,
     ignore_patterns: tuple[str, ...] | list[str] = DEFAULT_IGNORE_PATTERNS,
+    timeout: float | None = None,
 ) -> PushResult:
     """Upload ``folder`` to ``repo_id`` in one commit; returns the commit.
 
-    ``revision`` is a branch; it is created from ``main`` when missing. ``tag`` tags the new commit. ``token`` and
-    ``endpoint`` default to huggingface_hub's (``HF_TOKEN``, ``HF_ENDPOINT``). Raises ``HubPushError`` with a clear
-    message when the Hub cannot be reached or refuses the token; the folder is never modified.
+    ``repo_type`` is ``"model"`` (the folder must hold a ``config.json``) or ``"dataset"``. ``revision`` is a
+    branch; it is created from ``main`` when missing. ``tag`` tags the new commit. ``token`` and ``endpoint``
+    default to huggingface_hub's (``HF_TOKEN``, ``HF_ENDPOINT``); ``timeout`` is the limit of :func:`hub_timeout`.
+    Raises ``HubPushError`` with a clear message when the Hub cannot be reached, does not answer in time or refuses
+    the token; the folder is never modified.
     """
-    from huggingface_hub import HfApi
-    from huggingface_hub.utils import validate_repo_id
-
+    if repo_type not in REPO_TYPES:
+        raise ValueError(f"repo_type must be one of {REPO_TYPES}, got {repo_type!r}")
     folder = Path(folder)
-    _check_folder(folder)
+    _check_folder(folder, repo_type)
     validate_repo_id(repo_id)  # HFValidationError (a ValueError) names the bad id
     if revision is not None and (not revision or revision.startswith("refs/")):
         raise ValueError(f"revision must be a branch name, got {revision!r}")
+    seconds = resolve_timeout(timeout)
     api = HfApi(endpoint=endpoint, token=token)
     branch = revision or "main"
     try:
-        # Creating the repository first fails fast (no retries) when the endpoint is down or the token is refused.
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        if branch != "main":
-            api.create_branch(repo_id, branch=branch, exist_ok=True)
-        if tag is not None:  # checked before uploading: a taken tag would otherwise fail after the commit landed
-            taken = {ref.name: ref.target_commit for ref in api.list_repo_refs(repo_id).tags}
-            if tag in taken:
-                raise HubPushError(
-                    f"tag {tag!r} already exists in {repo_id} (at commit {taken[tag][:12]}); nothing was uploaded. "
-                    f"Choose another tag, or delete that one first (HfApi().delete_tag). Nothing was changed in "
-                    f"{folder}.")
-        commit = api.upload_folder(
-            folder_path=folder,
-            repo_id=repo_id,
-            revision=branch,
-            commit_message=commit_message or f"Upload {folder.name} with hfbert",
-            ignore_patterns=list(ignore_patterns),
-        )
-        if tag is not None:
-            api.create_tag(repo_id, tag=tag, revision=commit.oid)
+        with hub_timeout(seconds):
+            commit = _push(api, folder, repo_id, repo_type, branch, tag, private, commit_message, ignore_patterns)
     except Exception as err:
-        message = _explain(err, endpoint=api.endpoint, repo_id=repo_id, folder=folder)
+        message = _explain(err, endpoint=api.endpoint, repo_id=repo_id, folder=folder, seconds=seconds)
         if message is None:
             raise
         raise HubPushError(message) from err
     return PushResult(repo_id, branch, commit.oid, str(commit.commit_url), tag)
 
 
+def _push(api: HfApi, folder: Path, repo_id: str, repo_type: str, branch: str, tag: str | None,
+          private: bool | None, commit_message: str | None, ignore_patterns):
+    # Creating the repository first fails fast (no retries) when the endpoint is down or the token is refused.
+    api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True)
+    if branch != "main":
+        api.create_branch(repo_id, repo_type=repo_type, branch=branch, exist_ok=True)
+    if tag is not None:  # checked before uploading: a taken tag would otherwise fail after the commit landed
+        taken = {ref.name: ref.target_commit for ref in api.list_repo_refs(repo_id, repo_type=repo_type).tags}
+        if tag in taken:
+            raise HubPushError(
+                f"tag {tag!r} already exists in {repo_id} (at commit {taken[tag][:12]}); nothing was uploaded. "
+                f"Choose another tag, or delete that one first (HfApi().delete_tag). Nothing was changed in "
+                f"{folder}.")
+    commit = api.upload_folder(
+        folder_path=folder,
+        repo_id=repo_id,
+        repo_type=repo_type,
+        revision=branch,
+        commit_message=commit_message or f"Upload {folder.name} with hfbert",
+        ignore_patterns=list(ignore_patterns),
+    )
+    if tag is not None:
+        api.create_tag(repo_id, repo_type=repo_type, tag=tag, revision=commit.oid)
+    return commit
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Download and load
+
+
+@contextlib.contextmanager
+def _download_errors(what: str, endpoint: str | None, seconds: float) -> Iterator[None]:
+    """Turn a timeout anywhere in a download into :class:`HubDownloadError` naming the endpoint."""
+    try:
+        yield
+    except Exception as err:
+        timeout = _timed_out(err)
+        if timeout is None:
+            raise
+        where = endpoint or constants.ENDPOINT
+        raise HubDownloadError(_timeout_sentence(timeout, endpoint=where, seconds=seconds, doing=what)) from err
+
+
+def download_snapshot(
+    repo_id: str,
+    *,
+    repo_type: str = "model",
+    revision: str | None = None,
+    token: str | None = None,
+    endpoint: str | None = None,
+    timeout: float | None = None,
+    **kwargs: Any,
+) -> Path:
+    """``huggingface_hub.snapshot_download`` of ``repo_id`` (a model or a dataset) under :func:`hub_timeout`;
+    returns the local folder. ``kwargs`` (``cache_dir``, ``local_dir``, ``allow_patterns``, ...) pass through.
+    Raises :class:`HubDownloadError` naming the endpoint when the Hub does not answer in time."""
+    if repo_type not in REPO_TYPES:
+        raise ValueError(f"repo_type must be one of {REPO_TYPES}, got {repo_type!r}")
+    seconds = resolve_timeout(timeout)
+    with _download_errors(f"downloading the {repo_type} {repo_id}", endpoint, seconds), hub_timeout(seconds):
+        path = snapshot_download(repo_id, repo_type=repo_type, revision=revision, token=token, endpoint=endpoint,
+                                 etag_timeout=seconds, **kwargs)
+    return Path(path)
+
+
 def read_config_any(repo_or_dir: str | Path, *, revision: str | None = None, token: str | None = None,
-                    **hub_kwargs: Any) -> dict[str, Any]:
+                    timeout: float | None = None, **hub_kwargs: Any) -> dict[str, Any]:
     """The ``config.json`` of a local folder or of a Hub repository at ``revision``."""
     path = Path(repo_or_dir)
     if path.is_dir():
@@ -157,10 +341,16 @@ def read_config_any(repo_or_dir: str | Path, *, revision: str | None = None, tok
         if not config_path.is_file():
             raise FileNotFoundError(f"{path} has no config.json: it is not a saved model folder")
     else:
-        from huggingface_hub import hf_hub_download
-
-        config_path = Path(hf_hub_download(str(repo_or_dir), "config.json", revision=revision, token=token,
-                                           **hub_kwargs))
+        seconds = resolve_timeout(timeout)
+        endpoint = hub_kwargs.get("endpoint")
+        with _download_errors(f"reading the config of {repo_or_dir}", endpoint, seconds), hub_timeout(seconds):
+            # One request without retries first: when a file is not cached, hf_hub_download retries a failed
+            # metadata request with its own, longer limit, which would turn a silent endpoint into minutes of waiting.
+            get_hf_file_metadata(hf_hub_url(str(repo_or_dir), "config.json", revision=revision, endpoint=endpoint,
+                                            repo_type=hub_kwargs.get("repo_type")),
+                                 token=token, timeout=seconds, endpoint=endpoint)
+            config_path = Path(hf_hub_download(str(repo_or_dir), "config.json", revision=revision, token=token,
+                                               etag_timeout=seconds, **hub_kwargs))
     try:
         return json.loads(config_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -168,41 +358,73 @@ def read_config_any(repo_or_dir: str | Path, *, revision: str | None = None, tok
 
 
 def load_any_bert(repo_or_dir: str | Path, head: str | None = None, *, revision: str | None = None,
-                  token: str | None = None, **kwargs: Any):
+                  token: str | None = None, timeout: float | None = None, **kwargs: Any):
     """Load an hfbert or a stock transformers BERT checkpoint as the hfbert class for ``head``.
 
     ``head`` is a class-name suffix ("ForMaskedLM", "Model", ...); by default the checkpoint's ``architectures``.
     A stock BERT's config is converted with ``HfBertConfig.from_bert_config`` (the weights have the same names).
-    Any other ``model_type`` raises ``ValueError`` naming it. ``kwargs`` go to ``from_pretrained``.
+    Any other ``model_type`` raises ``ValueError`` naming it. ``kwargs`` go to ``from_pretrained``; Hub calls run
+    under :func:`hub_timeout` (``timeout`` seconds).
     """
-    config = read_config_any(repo_or_dir, revision=revision, token=token)
+    config = read_config_any(repo_or_dir, revision=revision, token=token, timeout=timeout)
     flavour = detect_flavour(config, source=f"the config of {repo_or_dir}")
     head = head_of(config, head, source=f"the config of {repo_or_dir}")
     cls = model_class("hfbert", head)
     if flavour == "bert":
-        from .configuration_hfbert import HfBertConfig
-
         kwargs.setdefault("config", HfBertConfig.from_bert_config(config))
-    return cls.from_pretrained(repo_or_dir, revision=revision, token=token, **kwargs)
+    seconds = resolve_timeout(timeout)
+    with _download_errors(f"loading {repo_or_dir}", None, seconds), hub_timeout(seconds):
+        return cls.from_pretrained(repo_or_dir, revision=revision, token=token, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Command line
+
+
+@dataclass
+class PushArguments:
+    """``hfbert push FOLDER REPO_ID [--revision BRANCH] [--tag TAG] ...``"""
+
+    folder: str = field(metadata={"help": "output folder (config.json, weights, tokenizer, README.md, metrics); "
+                                          "also the first positional argument"})
+    repo_id: str = field(metadata={"help": "namespace/name on the Hub; also the second positional argument"})
+    repo_type: str = field(default="model", metadata={"help": "model (needs a config.json) or dataset"})
+    revision: str | None = field(default=None, metadata={"help": "branch to push to (created from main when missing)"})
+    tag: str | None = field(default=None, metadata={"help": "tag the new commit"})
+    private: bool = field(default=False, metadata={"help": "create the repository as private"})
+    commit_message: str | None = field(default=None, metadata={"help": "the commit's title"})
+    hub_timeout: float | None = field(default=None, metadata={
+        "help": f"seconds to wait for the Hub to connect or answer (default ${TIMEOUT_ENV} or {DEFAULT_TIMEOUT:g})"})
+
+    def __post_init__(self) -> None:
+        if self.repo_type not in REPO_TYPES:
+            raise UsageError(f"--repo_type must be one of {', '.join(REPO_TYPES)}, got {self.repo_type!r}")
+        if self.hub_timeout is not None and not self.hub_timeout > 0:
+            raise UsageError(f"--hub_timeout must be a positive number of seconds, got {self.hub_timeout}")
+
+
+def _options_for_positionals(argv: list[str]) -> list[str]:
+    """``FOLDER REPO_ID`` given first, as documented, become ``--folder``/``--repo_id`` for the settings parser."""
+    leading = list(itertools.takewhile(lambda token: not token.startswith("-"), argv[:2]))
+    named = itertools.chain.from_iterable(zip(("--folder", "--repo_id"), leading))
+    return [*named, *argv[len(leading):]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hfbert push", description="Push a saved model folder to the Hub.")
-    parser.add_argument("folder", help="output folder (config.json, weights, tokenizer, README.md, metrics)")
-    parser.add_argument("repo_id", help="namespace/name on the Hub")
-    parser.add_argument("--revision", default=None, help="branch to push to (created from main when missing)")
-    parser.add_argument("--tag", default=None, help="tag the new commit")
-    parser.add_argument("--private", action="store_true", default=None, help="create the repository as private")
-    parser.add_argument("--commit-message", default=None)
-    args = parser.parse_args(argv)
-    try:
-        result = push_to_hub(args.folder, args.repo_id, revision=args.revision, tag=args.tag, private=args.private,
-                             commit_message=args.commit_message)
-    except (HubPushError, ValueError, FileNotFoundError) as err:
-        parser.exit(1, f"hfbert push: error: {err}\n")
-    print(result.commit_url)
-    return 0
+    """``hfbert push``: exit status 2 for bad input (one line), 1 when the Hub refuses or does not answer."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = CommandParser("hfbert push", PushArguments, description="Push a saved folder to the Hub.").parse(
+        _options_for_positionals(argv))
 
+    def push() -> int:
+        try:
+            result = push_to_hub(args.folder, args.repo_id, repo_type=args.repo_type, revision=args.revision,
+                                 tag=args.tag, private=args.private or None, commit_message=args.commit_message,
+                                 timeout=args.hub_timeout)
+        except HubPushError as err:
+            print(f"hfbert push: error: {err}", file=sys.stderr)
+            return 1
+        print(result.commit_url)
+        return 0
 
-__all__ = ["DEFAULT_IGNORE_PATTERNS", "HubPushError", "PushResult", "load_any_bert", "main", "push_to_hub",
-           "read_config_any"]
+    return run_command("hfbert push", push, errors=(FileNotFoundError, ValueError))

@@ -11,6 +11,8 @@ process must set ``HF_HUB_DISABLE_XET=1`` before importing huggingface_hub (see 
 Tokens map to a user and a role ("write" or "read"); an unknown token gets the Hub's 401 ("Invalid
 credentials in Authorization header"). Requests the server does not know are answered 404 and recorded
 in ``HubServer.unknown_routes`` (and logged), so a protocol change in a future client shows up there.
+
+:class:`SilentServer` is the opposite: it accepts connections and never answers, as a hung endpoint does.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -553,6 +556,50 @@ def run_client(code: str, env: dict[str, str], cwd, *args: object, timeout: floa
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+class SilentServer:
+    """A TCP server on 127.0.0.1 that accepts every connection, reads nothing and never answers.
+
+    The connections are held open until :meth:`close`, so a client sees neither an answer nor a reset: only its
+    own timeout ends the wait.
+    """
+
+    def __init__(self):
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.socket.settimeout(0.05)  # so that the accepting thread notices close()
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.connections: list[socket.socket] = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._accept, name="silent_server", daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                connection, _ = self.socket.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections.append(connection)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+        self.socket.close()
+        for connection in self.connections:
+            connection.close()
+
+
+@pytest.fixture
+def silent_server():
+    """An endpoint that accepts connections and never answers; yields the SilentServer (``.url``)."""
+    server = SilentServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 @pytest.fixture
 def hub_server():
     """A fresh in-memory Hub on 127.0.0.1 (random port); yields the HubServer (``.url``, ``.tokens``)."""
@@ -564,4 +611,5 @@ def hub_server():
         httpd.server_close()
 
 
-__all__ = ["BLOCK_HFBERT", "HubServer", "allow_hub_calls", "git_blob_sha1", "hub_server", "run_client", "start_hub"]
+__all__ = ["BLOCK_HFBERT", "HubServer", "SilentServer", "allow_hub_calls", "git_blob_sha1", "hub_server", "run_client",
+           "silent_server", "start_hub"]

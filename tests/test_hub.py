@@ -12,15 +12,35 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-from hub_server import BLOCK_HFBERT, HubServer, allow_hub_calls, hub_server, run_client, start_hub  # noqa: F401
+from huggingface_hub import constants, get_session
+from hub_server import (  # noqa: F401
+    BLOCK_HFBERT,
+    HubServer,
+    allow_hub_calls,
+    hub_server,
+    run_client,
+    silent_server,
+    start_hub,
+)
 
 import hfbert
-from hfbert.hub import HubPushError, load_any_bert, push_to_hub
+from hfbert.hub import (
+    TIMEOUT_ENV,
+    HubDownloadError,
+    HubPushError,
+    download_snapshot,
+    hub_timeout,
+    load_any_bert,
+    main,
+    push_to_hub,
+    read_config_any,
+)
 from hfbert.tokenization import SPECIAL_TOKENS, bert_tokenizer_from_vocab
 
 WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran", "home", "a", "big", "red", "##s", "##ed", ".", ",", "!"]
@@ -311,13 +331,109 @@ def test_push_fails_clearly_and_leaves_the_folder_intact(hub_server, tmp_path, m
     assert repo.branches["main"] == repo.tags["v1"] == tagged
 
 
-def test_push_cli_reports_errors(tmp_path, capsys):
-    from hfbert.hub import main
-
+def test_push_cli_reports_errors_in_one_line(tmp_path, capsys):
+    assert main([str(tmp_path / "missing"), "user/x"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"hfbert push: error: cannot push {tmp_path / 'missing'}: no such folder\n"
+    (tmp_path / "no-config").mkdir()
+    (tmp_path / "no-config" / "x.txt").write_text("x")
+    assert main(["--folder", str(tmp_path / "no-config"), "--repo-id", "user/x"]) == 2  # options work too
+    assert capsys.readouterr().err.startswith("hfbert push: error: cannot push")
     with pytest.raises(SystemExit) as exc:
-        main([str(tmp_path / "missing"), "user/x"])
-    assert exc.value.code == 1
-    assert "no such folder" in capsys.readouterr().err
+        main([str(tmp_path), "user/x", "--hub_timeout", "-1"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == "hfbert push: error: --hub_timeout must be a positive number of seconds, got -1.0\n"
+
+
+# --- an endpoint that accepts the connection and never answers ------------------------------------------------------
+def test_push_to_a_silent_endpoint_times_out_and_leaves_the_folder_intact(silent_server, tmp_path, monkeypatch):
+    allow_hub_calls(monkeypatch)
+    folder = tmp_path / "run"
+    save_tiny(folder, hfbert.HfBertForMaskedLM, 0)
+    before, hooks = folder_state(folder), get_session().event_hooks
+    url = silent_server.url.replace(".", r"\.")
+
+    started = time.monotonic()
+    with pytest.raises(HubPushError, match=(
+            rf"the Hub at {url} did not answer within 1 s while pushing user/x \(ReadTimeout on POST "
+            rf"{url}/api/repos/create\)\. .*--hub_timeout SECONDS \(or {TIMEOUT_ENV}\)\. Nothing was changed in")):
+        push_to_hub(folder, "user/x", token=WRITE, endpoint=silent_server.url, timeout=1)
+    assert time.monotonic() - started < 4  # the limit, not a hang (nor five retries)
+    assert folder_state(folder) == before
+    assert get_session().event_hooks == hooks  # huggingface_hub's shared client is as it was
+
+    monkeypatch.setenv(TIMEOUT_ENV, "0.5")  # the setting for code that cannot pass timeout=
+    with pytest.raises(HubPushError, match=r"did not answer within 0\.5 s"):
+        push_to_hub(folder, "user/x", token=WRITE, endpoint=silent_server.url)
+    monkeypatch.setenv(TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match=f"{TIMEOUT_ENV} must be a number of seconds, got 'soon'"):
+        push_to_hub(folder, "user/x", token=WRITE, endpoint=silent_server.url)
+    assert folder_state(folder) == before
+
+
+def test_push_cli_to_a_silent_endpoint_fails_in_one_line(silent_server, tmp_path, monkeypatch, capsys):
+    allow_hub_calls(monkeypatch)
+    monkeypatch.setattr(constants, "ENDPOINT", silent_server.url)  # what HF_ENDPOINT sets when read at import
+    monkeypatch.setenv("HF_TOKEN", WRITE)
+    folder = tmp_path / "run"
+    save_tiny(folder, hfbert.HfBertForMaskedLM, 0)
+    before = folder_state(folder)
+    started = time.monotonic()
+    assert main([str(folder), "user/x", "--hub-timeout", "1"]) == 1
+    assert time.monotonic() - started < 4
+    err = capsys.readouterr().err
+    assert err.startswith(f"hfbert push: error: the Hub at {silent_server.url} did not answer within 1 s")
+    assert err.count("\n") == 1 and f"Nothing was changed in {folder}." in err
+    assert folder_state(folder) == before
+
+
+def test_downloads_from_a_silent_endpoint_time_out(silent_server, tmp_path, monkeypatch):
+    allow_hub_calls(monkeypatch)
+    started = time.monotonic()
+    with pytest.raises(HubDownloadError, match=rf"the Hub at {silent_server.url} did not answer within 1 s while "
+                                               "reading the config of user/x"):
+        read_config_any("user/x", endpoint=silent_server.url, timeout=1, cache_dir=tmp_path / "cache")
+    with pytest.raises(HubDownloadError, match=r"within 1 s while downloading the dataset user/corpus"):
+        download_snapshot("user/corpus", repo_type="dataset", endpoint=silent_server.url, timeout=1,
+                          cache_dir=tmp_path / "cache")
+    assert time.monotonic() - started < 8
+
+
+def test_hub_timeout_limits_every_request_and_restores_the_client(silent_server, monkeypatch):
+    allow_hub_calls(monkeypatch)
+    client = get_session()
+    hooks, default = client.event_hooks, client.timeout
+    with pytest.raises(KeyError), hub_timeout(2.5) as seconds, hub_timeout(0.5):
+        assert seconds == 2.5
+        started = time.monotonic()
+        with pytest.raises(Exception, match="timed out"):
+            client.get(silent_server.url, timeout=None)  # a caller's "no limit" is limited too
+        assert time.monotonic() - started < 2  # the innermost block's limit
+        raise KeyError("boom")
+    assert client.event_hooks == hooks and client.timeout == default
+    with pytest.raises(ValueError, match="timeout must be a positive, finite number of seconds, got 0"):
+        with hub_timeout(0):
+            pass
+
+
+# --- datasets ------------------------------------------------------------------------------------------------------
+def test_dataset_folder_round_trip(hub_server, tmp_path, monkeypatch):
+    """A prepared-data folder (no config.json) goes up as a dataset repository and comes back byte for byte."""
+    allow_hub_calls(monkeypatch)
+    folder = tmp_path / "prepared"
+    (folder / "data").mkdir(parents=True)
+    (folder / "hfbert_prepare.json").write_text(json.dumps({"format": 1, "max_seq_length": 128}))
+    (folder / "data" / "train-00000-of-00001.parquet").write_bytes(bytes(range(256)) * 8)
+    (folder / "README.md").write_text("---\nlicense: cc0-1.0\n---\n# prepared corpus\n")
+    result = push_to_hub(folder, "user/corpus", repo_type="dataset", tag="v1", token=WRITE, endpoint=hub_server.url)
+    repo = hub_server.repos[("dataset", "user/corpus")]
+    assert repo.tags["v1"] == result.commit_oid and ("model", "user/corpus") not in hub_server.repos
+    pulled = download_snapshot("user/corpus", repo_type="dataset", revision="v1", endpoint=hub_server.url,
+                               cache_dir=tmp_path / "cache")
+    assert {k: v for k, v in folder_bytes(pulled).items() if k != ".gitattributes"} == folder_bytes(folder)
+    with pytest.raises(ValueError, match="repo_type must be one of"):
+        push_to_hub(folder, "user/corpus", repo_type="space", token=WRITE, endpoint=hub_server.url)
+    assert hub_server.unknown_routes == []
 
 
 def test_load_any_bert_refuses_other_model_types(tmp_path):
