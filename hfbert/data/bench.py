@@ -18,6 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from datasets.utils.logging import disable_progress_bar
+from transformers import AutoTokenizer
+
+from .documents import CHAPTER_HEADING
+from .pipeline import build_pretraining_dataset
+
 __all__ = ["measure_concurrent", "measure_pipeline"]
 
 _DEFAULTS = {"layout": "paragraphs", "boundary": "chapter", "dupe_factor": 1, "masking": "static",
@@ -80,12 +86,6 @@ def _wait_for_parties(folder: Path, parties: int, timeout: float = 120.0) -> Non
 
 
 def _measure_here(args: argparse.Namespace) -> dict:
-    from datasets.utils.logging import disable_progress_bar
-    from transformers import AutoTokenizer
-
-    from .documents import CHAPTER_HEADING
-    from .pipeline import build_pretraining_dataset
-
     disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     boundary = CHAPTER_HEADING if args.boundary == "chapter" else (args.boundary or None)

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+import fsspec
+
 __all__ = [
     "CHAPTER_HEADING",
     "CorpusError",
@@ -121,8 +123,6 @@ def open_binary(path: str | Path) -> BinaryIO:
     """A binary stream over a local file or an fsspec URL (``s3://``, ``gs://``, ...); ``.gz`` is decompressed."""
     path = str(path)
     if "://" in path:
-        import fsspec  # a dependency of datasets; imported here because local files do not need it
-
         handle = fsspec.open(path, "rb").open()
     else:
         handle = open(path, "rb")  # noqa: SIM115 -- the caller closes it

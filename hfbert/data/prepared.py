@@ -36,6 +36,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -222,8 +223,6 @@ def _texts(source):
 
 
 def _fs(output: str):
-    import fsspec  # only for URLs
-
     return fsspec.core.url_to_fs(output)
 
 

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -157,8 +158,6 @@ def write_atomically(output: str, name: str, data) -> None:
     skip) renamed into place: readers see the old file or the whole new one, never a part."""
     temporary = f".{Path(name).name}.{uuid.uuid4().hex}.tmp"
     if "://" in output:
-        import fsspec  # only for URLs
-
         fs, root = fsspec.core.url_to_fs(output)
         target = f"{root.rstrip('/')}/{name}"
         staging = f"{target.rsplit('/', 1)[0]}/{temporary}"

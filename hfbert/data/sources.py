@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import fsspec
 from datasets import Dataset
 
 from .documents import (
@@ -45,8 +46,6 @@ def _is_url(path: str) -> bool:
 def _expand(pattern: str) -> list[str]:
     """The files a path, glob or URL names (sorted); a missing file is an error naming it."""
     if _is_url(pattern):
-        import fsspec  # only for URLs
-
         fs, root = fsspec.core.url_to_fs(pattern)
         protocol = pattern.split("://", 1)[0]
         found = sorted(fs.glob(root)) if glob.has_magic(root) else ([root] if fs.isfile(root) else [])
@@ -64,8 +63,6 @@ def _size(path: str) -> int:
     """Bytes of text in the file; for ``.gz`` the uncompressed size from its trailer (only used to place the cut
     points, so a multi-member or >4 GiB file, whose trailer is wrong, still reads correctly)."""
     if _is_url(path):
-        import fsspec
-
         fs, root = fsspec.core.url_to_fs(path)
         size = fs.size(root)
     else:
