@@ -284,7 +284,7 @@ def test_push_as_a_dataset_repo_and_open_by_repo_id(static_folder, hub_server, t
     allow_hub_calls(monkeypatch)
     commit = push_prepared(static_folder, "user/austen-prepared", token=HubServer.WRITE_TOKEN,
                            endpoint=hub_server.url)
-    assert ("dataset", "user/austen-prepared") in hub_server.repos and commit.oid
+    assert ("dataset", "user/austen-prepared") in hub_server.repos and len(commit.commit_oid) == 40
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))

@@ -20,6 +20,7 @@ from typing import Literal
 import datasets
 
 from ..arguments import CommandParser, UsageError, run_command
+from ..hub import HubDownloadError, HubPushError
 from .engines import ENGINES
 from .pipeline import DEFAULT_POOL_SIZE
 from .documents import open_binary
@@ -84,6 +85,8 @@ class PrepareArguments:
     push_to_hub: str | None = field(default=None, metadata={"help": "upload the folder as this Hub dataset repo"})
     hub_revision: str | None = field(default=None, metadata={"help": "branch to push to (created when missing)"})
     hub_private: bool = field(default=False, metadata={"help": "create the Hub repo as private"})
+    hub_timeout: float | None = field(default=None, metadata={
+        "help": "seconds without an answer before a Hub call gives up (default: $HFBERT_HUB_TIMEOUT or 60)"})
 
     def __post_init__(self):
         checks = [
@@ -149,13 +152,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = ", ".join(f"{info['rows']} {split}" for split, info in manifest["splits"].items())
         print(f"wrote {rows} examples in {manifest['settings']['num_shards']} shard(s) per split to {folder}")
         if args.push_to_hub:
-            commit = push_prepared(folder, args.push_to_hub, revision=args.hub_revision, private=args.hub_private)
+            commit = push_prepared(folder, args.push_to_hub, revision=args.hub_revision, private=args.hub_private,
+                                   timeout=args.hub_timeout)
             print(f"pushed to {commit.commit_url}")
         return 0 if all(report["checks"].values()) else 1
 
     # ValueError: what the input cannot give (a line that is not UTF-8, no documents), naming the file and line;
-    # OSError: a missing file or folder; ImportError: --engine dask without the optional dependencies.
-    return run_command(PROG, run, errors=(ValueError, OSError, ImportError))
+    # OSError: a missing file or folder; ImportError: --engine dask without the optional dependencies; the Hub
+    # errors name the endpoint and what to do.
+    return run_command(PROG, run, errors=(ValueError, OSError, ImportError, HubPushError, HubDownloadError))
 
 
 if __name__ == "__main__":

@@ -40,12 +40,12 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from huggingface_hub import HfApi, snapshot_download
 from transformers import AutoTokenizer
 
 from .documents import CorpusError, read_document_range
 from .engines import run_tasks
 from .masking import MaskingSpec
+from ..hub import download_snapshot, push_to_hub
 from ..tokenization import train_wordpiece
 from .pipeline import DEFAULT_POOL_SIZE, PoolBuilder, TokenizerFacts, _check_arguments, output_features
 from .report import (
@@ -414,16 +414,16 @@ class PreparedCorpus:
 
     @classmethod
     def open(cls, dir_or_repo_id: str | Path, *, revision: str | None = None, token: str | None = None,
-             endpoint: str | None = None) -> PreparedCorpus:
-        """A local prepared folder, or a Hub dataset repo (downloaded with ``snapshot_download`` into the Hub
-        cache).  Checks the manifest and that every shard it lists is present with its size; a corrupted page is
+             endpoint: str | None = None, timeout: float | None = None) -> PreparedCorpus:
+        """A local prepared folder, or a Hub dataset repo (downloaded into the Hub cache by
+        :func:`hfbert.hub.download_snapshot`, which gives up after ``timeout`` seconds without an answer).  Checks the manifest and that every shard it lists is present with its size; a corrupted page is
         found by its checksum when read (:meth:`verify` checks every byte)."""
         path = Path(dir_or_repo_id)
         if not path.is_dir():
             if not _REPO_ID.match(str(dir_or_repo_id)):
                 raise FileNotFoundError(f"prepared folder not found: {dir_or_repo_id}")
-            path = Path(snapshot_download(str(dir_or_repo_id), repo_type="dataset", revision=revision, token=token,
-                                          endpoint=endpoint))
+            path = download_snapshot(str(dir_or_repo_id), repo_type="dataset", revision=revision, token=token,
+                                     endpoint=endpoint, timeout=timeout)
         manifest_path = path / MANIFEST
         if not manifest_path.is_file():
             raise PreparedDataError(f"{path} is not a prepared folder: it has no {MANIFEST} (build it with "
@@ -568,14 +568,12 @@ class PreparedCorpus:
 
 
 def push_prepared(folder: str | Path, repo_id: str, *, token: str | None = None, revision: str | None = None,
-                  private: bool = False, endpoint: str | None = None, commit_message: str | None = None):
-    """Upload a prepared folder as a Hub *dataset* repo (created when missing); returns the commit info.
-    :meth:`PreparedCorpus.open` and ``load_dataset`` read it back by its id."""
+                  private: bool | None = None, endpoint: str | None = None, commit_message: str | None = None,
+                  timeout: float | None = None):
+    """Upload a prepared folder as a Hub *dataset* repo in one commit (:func:`hfbert.hub.push_to_hub`: the repo and
+    the branch ``revision`` are created when missing); returns its ``PushResult``.  :meth:`PreparedCorpus.open`
+    and ``load_dataset`` read it back by its id."""
     corpus = PreparedCorpus.open(folder)  # never upload a folder that does not read back
-    api = HfApi(endpoint=endpoint, token=token)
-    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-    if revision is not None:
-        api.create_branch(repo_id, repo_type="dataset", branch=revision, exist_ok=True)
     rows = {split: corpus.num_rows(split) for split in corpus.splits}
-    return api.upload_folder(folder_path=str(corpus.path), repo_id=repo_id, repo_type="dataset", revision=revision,
-                             commit_message=commit_message or f"hfbert prepare: {rows}")
+    return push_to_hub(corpus.path, repo_id, repo_type="dataset", revision=revision, private=private, token=token,
+                       endpoint=endpoint, commit_message=commit_message or f"hfbert prepare: {rows}", timeout=timeout)
