@@ -53,7 +53,10 @@ class HfBertConfig(PretrainedConfig):
     checkpoints published for PyTorch; ``"gelu_tanh"`` (alias ``"gelu_new"``) is the tanh approximation of Google's
     TensorFlow code. ``HfBertConfig.from_preset("mini")`` gives one of Google's released sizes.
 
-    Every value is checked when the config is built; a bad one raises ``ValueError`` naming it.
+    Any values are accepted while a config is built (as ``BertConfig`` accepts them, so a config can be filled in
+    field by field); :meth:`check_values`, which every model runs when it is built, raises ``ValueError`` naming the
+    first bad one. Only a different architecture (another ``model_type``, relative positions, a decoder) is refused
+    at once, since those keys are not kept.
     """
 
     model_type = "hfbert"
@@ -73,9 +76,9 @@ class HfBertConfig(PretrainedConfig):
     pad_token_id: int | None = 0
     classifier_dropout: float | None = None
     tie_word_embeddings: bool = True
-    # Skip padding positions in every linear layer of HfBertModel and the token-level heads (their outputs are 0 at
-    # padding). Off by default so that outputs equal transformers' at every position; the pretraining and
-    # sequence-level heads skip unread positions regardless, since nothing they return depends on them.
+    # Run the bare encoder and the per-token heads on the real tokens only (their outputs are 0 at padding). Off by
+    # default so that outputs equal transformers' at every position; the pretraining heads (with labels) and the
+    # sequence-level heads skip padding regardless, since nothing they return depends on it.
     padding_free: bool = False
 
     def __post_init__(self, **kwargs: Any) -> None:
@@ -95,9 +98,9 @@ class HfBertConfig(PretrainedConfig):
                                  f"{key}={original!r}")
         kwargs.pop("gradient_checkpointing", None)  # a transformers 3/4 flag; use model.gradient_checkpointing_enable()
         super().__post_init__(**kwargs)
-        self._validate()
 
-    def _validate(self) -> None:
+    def check_values(self) -> None:
+        """Raise ``ValueError`` naming the first value a model cannot be built with."""
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                      "max_position_embeddings", "type_vocab_size"):
             value = getattr(self, name)

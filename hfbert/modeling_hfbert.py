@@ -1,58 +1,60 @@
-"""The original BERT (Devlin et al., 2019) as a transformers model: encoder and every head.
+"""The original BERT (Devlin et al., 2019) as a transformers model: the encoder and every head.
 
-References: the paper; google-research/bert ``modeling.py`` (the architecture, truncated-normal init, parameter
-scopes); the specification in ``seeds/000`` sections 2.2-2.4 (summed embeddings + LayerNorm + dropout, bidirectional
-attention with a padding-only key mask, Post-LN blocks, GELU feed-forward, tanh pooler over [CLS]).
+References: the paper; google-research/bert ``modeling.py`` (the architecture, the truncated-normal initializer, the
+parameter scopes); transformers ``models/bert/modeling_bert.py`` (the module layout and the attention interface);
+MosaicBERT ``bert_layers.py`` (skipping padding); FlashAttention's variable-length kernels.
 
-The modules read bottom-up: embeddings -> self-attention -> layer -> encoder -> pooler -> heads, then the task
-models. Parameter names follow the original checkpoint layout (``bert.embeddings.word_embeddings``,
-``bert.encoder.layer.N.attention.self.query``, ``cls.predictions.transform``, ``cls.seq_relationship``), so weights
-move to and from every BERT in the ecosystem without renaming.
+The modules read top-down as the paper draws them: embeddings -> self-attention -> attention output -> feed-forward
+-> layer -> encoder -> pooler -> heads, then the task models. Parameter names follow the original checkpoint layout
+(``bert.embeddings.word_embeddings``, ``bert.encoder.layer.N.attention.self.query``, ``cls.predictions.transform``,
+``cls.seq_relationship``), so weights move to and from every BERT in the ecosystem without renaming.
 
-Shape legend: B batch, T sequence length, N heads, H head size, D hidden size (= N * H), V vocabulary, M number of
-supervised (masked) positions in a batch.
+Shape legend: B batch, T sequence length, N heads, H head size, D hidden size (= N * H), V vocabulary, R real (not
+padding) tokens in a batch, M supervised (masked) positions in a batch.
 
-Deliberate differences from ``transformers.BertModel`` (outputs and losses are otherwise identical):
+Attention goes through transformers' attention interface: ``attn_implementation="eager" | "sdpa" | "flex_attention" |
+"flash_attention_2" | "flash_attention_3"`` or a kernels-hub backend, chosen in ``from_pretrained`` / ``from_config``
+or with ``set_attn_implementation``, exactly as for ``transformers.BertModel``.
+
+Deliberate differences from ``transformers.BertModel`` (outputs and losses are otherwise the same):
 
 * Initialisation is a truncated normal (std ``initializer_range``, cut at two standard deviations) as in Google's
   ``create_initializer``; transformers uses a plain normal. The [PAD] embedding row is not special (no
   ``padding_idx``): the original gives it no special treatment either.
-* When ``labels`` are passed, the masked-LM heads compute vocabulary logits only at supervised positions (labels
+* When ``labels`` are passed, the masked-LM heads compute vocabulary logits only at the supervised positions (labels
   != -100), as Google, NVIDIA, MosaicBERT and Cramming do: ``prediction_logits`` is then (M, V) instead of
-  (B, T, V). This removes most of the head's cost and never materialises B x T x V logits.
-* With no supervised position in a batch the MLM loss is 0 (transformers returns NaN).
-* Only what is read is computed (MosaicBERT's unpadding, without changing any returned value): each head tells the
-  encoder which final states it reads (``select_positions``: the supervised positions, or only [CLS]). Padding
-  positions that nothing reads are then left out of every linear layer, LayerNorm and feed-forward (the encoder
-  works on packed (R, D) rows; attention alone runs on a (B, L, D) view, L cut to the last kept column), and the
-  last layer computes queries only for the rows that are read. Query/key/value are one GEMM over the three
-  concatenated weights (the parameters keep their names).
-* ``config.padding_free = True`` (default False) extends that to the bare encoder and the per-token heads:
-  padding positions are not computed and ``last_hidden_state`` is 0 there, so a mixed-length batch costs about its
-  real tokens. transformers computes padding positions; by default hfbert does too, so outputs match everywhere.
-* On CPU, float32 linear layers run through oneDNN (with GELU/tanh applied in the same pass at inference) instead of
-  the default MKL GEMM: same products, ~1.2-1.7x faster here, float32-rounding differences only (~1e-6 relative).
-  ``HFBERT_ONEDNN=0`` switches it off; wrapped or hooked layers (LoRA, offloading) always run their own forward.
-* Inputs are validated up front (length, vocabulary range, token types, shapes) with errors that name the problem.
+  (B, T, V). This removes most of the head's cost and never builds B x T x V logits.
+* Every loss honours ``num_items_in_batch`` (Trainer's count of supervised items over an accumulated step): the sum
+  of per-item losses divided by it, else the mean over the batch. The MLM loss of a batch with no supervised
+  position is 0 (transformers: NaN). NSP in :class:`HfBertForPreTraining` stays the mean over the batch's pairs.
+* Padding is skipped where nothing returned depends on it (``unpadding_hfbert.PackedRows``): the pretraining and
+  masked-LM heads with labels, and the sequence-level heads, run the encoder on the R real tokens only.
+  ``config.padding_free = True`` (default False) does the same for the bare encoder and the per-token heads, whose
+  outputs are then 0 at padding positions; by default they compute padding positions as transformers does.
+  Asking for hidden states or attentions, or compiling the model, runs the padded computation.
+* Inputs are checked up front (length, vocabulary range, token types, shapes), with errors that name the problem.
+* Attention probabilities are returned with ``attn_implementation="eager"`` only; other backends do not compute them,
+  and asking for them says so.
 
-This file travels to the Hub as remote code: it imports only torch, transformers and its sibling
-``configuration_hfbert``.
+This file travels to the Hub as remote code: it imports only torch, transformers and its siblings
+``configuration_hfbert`` and ``unpadding_hfbert``.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import platform
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
+    BaseModelOutput,
     BaseModelOutputWithPooling,
     MaskedLMOutput,
     ModelOutput,
@@ -62,14 +64,19 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.utils import can_return_tuple
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple, logging
 
 from .configuration_hfbert import HfBertConfig
+from .unpadding_hfbert import PackedRows
+
+logger = logging.get_logger(__name__)
 
 IGNORE_INDEX = -100
 
 
-def _activation(name: str):
+def _activation(name: str) -> nn.Module:
     if name == "gelu":
         return nn.GELU()  # exact erf form, as the checkpoints published for PyTorch
     if name in ("gelu_tanh", "gelu_new", "gelu_pytorch_tanh"):
@@ -79,174 +86,7 @@ def _activation(name: str):
     raise ValueError(f"unknown hidden_act {name!r}")
 
 
-# --- Linear layers on CPU: oneDNN instead of the default GEMM -----------------------------------------------------
-# On CPU, float32 ``nn.Linear`` runs MKL's GEMM. oneDNN's matmul (the op torch.compile's CPU backend uses for linear
-# layers) does the same products 1.2-1.7x faster on our 2-core AVX-512 machine (forward and input gradient; not the
-# weight gradient), and can apply the activation in the same pass. It sums in a different order, so results differ
-# from ``F.linear`` by float32 rounding (~1e-6 relative); ``HFBERT_ONEDNN=0`` keeps the default kernels. Anything
-# that is not a plain float32 ``nn.Linear`` on CPU (LoRA and other wrapped or hooked modules, autocast,
-# torch.compile and torch.export, tracing, torch.func transforms, tensor subclasses) takes the module's own
-# forward.
-ONEDNN_LINEAR = os.environ.get("HFBERT_ONEDNN", "1") != "0"
-
-
-def _onednn_ready() -> bool:
-    """oneDNN is built in, has the op, and the CPU is x86-64: measured with AVX-512 and with AVX2 only (1.1-1.3x at
-    the model's shapes); other CPUs (ARM) keep PyTorch's default."""
-    ready = getattr(_onednn_ready, "cached", None)
-    if ready is None:
-        ready = _onednn_ready.cached = (
-            platform.machine().lower() in ("x86_64", "amd64")
-            and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-        )
-    return ready
-
-
-def _in_functorch_transform() -> bool:
-    """Inside ``torch.func.grad`` / ``vmap`` / ``jacrev``...: the oneDNN op has no batching or functorch rules."""
-    peek = getattr(torch._C._functorch, "peek_interpreter_stack", None)
-    return peek is not None and peek() is not None
-
-
-def _onednn_linear(x, weight, bias, post_op: str = "none", algorithm: str = ""):
-    """oneDNN sets up a kernel for each new input shape (~1 ms here, then cached). Packed rows, masked positions and
-    padded batches change the row count from batch to batch; padding the rows to a few bucket sizes instead was
-    measured and lost more to the copies than it saved (mini pretraining steps on varying batches: 1.10-1.28x over
-    MKL as they are, 0.93-1.17x bucketed), so shapes go through unchanged."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, post_op, [], algorithm)
-
-
-class _OneDnnLinearFunction(torch.autograd.Function):
-    """``F.linear`` with oneDNN for the forward and the input gradient; the weight gradient stays a plain GEMM
-    (oneDNN is not faster at that shape)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        return _onednn_linear(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        flat = grad.reshape(-1, grad.shape[-1])
-        grad_x = grad_weight = grad_bias = None
-        if ctx.needs_input_grad[0]:
-            # With create_graph the backward is itself differentiated: plain ops there, whose gradients autograd knows.
-            grad_x = grad @ weight if torch.is_grad_enabled() else _onednn_linear(grad.contiguous(), weight.t(), None)
-        if ctx.needs_input_grad[1]:
-            grad_weight = flat.t() @ x.reshape(-1, x.shape[-1])
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_bias = flat.sum(0)
-        return grad_x, grad_weight, grad_bias
-
-
-def _post_op(activation):
-    """The oneDNN post-op that computes the same function as ``activation``, or None (then it runs separately)."""
-    if activation is None:
-        return "none", ""
-    if type(activation) is nn.GELU:
-        return "gelu", activation.approximate  # "none" = erf, "tanh"
-    if type(activation) is nn.ReLU:
-        return "relu", ""
-    if type(activation) is nn.Tanh:
-        return "tanh", ""
-    return None
-
-
-def _plain(module) -> bool:
-    """An ``nn.Linear`` whose forward is nothing but ``F.linear``: not a subclass (LoRA, quantised layers), no hooks,
-    no patched forward (accelerate's offloading)."""
-    return (
-        type(module) is nn.Linear
-        and not module._forward_hooks
-        and not module._forward_pre_hooks
-        and "forward" not in module.__dict__
-    )
-
-
-def _dense(x: torch.Tensor, *modules: nn.Linear, activation: nn.Module | None = None) -> torch.Tensor:
-    """``activation(cat([m(x) for m in modules], -1))``: several plain layers run as one GEMM over their
-    concatenated weights (the parameters keep their checkpoint names), on CPU through oneDNN (see above)."""
-    plain = all(_plain(m) for m in modules)
-    if plain and len(modules) > 1:
-        weight = torch.cat([m.weight for m in modules])
-        bias = None if any(m.bias is None for m in modules) else torch.cat([m.bias for m in modules])
-    elif plain:
-        weight, bias = modules[0].weight, modules[0].bias
-    fast = (
-        plain
-        and ONEDNN_LINEAR
-        and x.device.type == "cpu"
-        and x.dtype == weight.dtype == torch.float32
-        and type(x) is torch.Tensor
-        and type(weight) in (torch.Tensor, nn.Parameter)
-        and not nn.modules.module._global_forward_hooks
-        and not nn.modules.module._global_forward_pre_hooks
-        and not torch.compiler.is_compiling()
-        and not torch.jit.is_tracing()  # a traced graph (TorchScript, ONNX export) keeps the portable aten::linear
-        and not torch.is_autocast_enabled("cpu")
-        and _onednn_ready()
-        and not _in_functorch_transform()
-    )
-    if fast:
-        needs_grad = torch.is_grad_enabled() and (
-            x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
-        )
-        if not needs_grad:
-            post_op = _post_op(activation)
-            if post_op is not None:
-                return _onednn_linear(x, weight, bias, *post_op)
-            out = _onednn_linear(x, weight, bias)
-        else:
-            out = _OneDnnLinearFunction.apply(x, weight, bias)
-    elif plain:
-        out = F.linear(x, weight, bias)
-    else:
-        out = torch.cat([m(x) for m in modules], -1) if len(modules) > 1 else modules[0](x)
-    return out if activation is None else activation(out)
-
-
-def _check_inputs(config: HfBertConfig, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids):
-    """Fail early, naming the problem, instead of deep inside an embedding lookup or a broadcast."""
-    if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError("pass exactly one of input_ids or inputs_embeds")
-    if input_ids is not None:
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
-        shape = tuple(input_ids.shape)
-    else:
-        if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size:
-            raise ValueError(
-                f"inputs_embeds must have shape (batch, length, {config.hidden_size}), got {tuple(inputs_embeds.shape)}"
-            )
-        shape = tuple(inputs_embeds.shape[:2])
-    if shape[1] > config.max_position_embeddings:
-        raise ValueError(
-            f"sequence length {shape[1]} is longer than max_position_embeddings ({config.max_position_embeddings})"
-        )
-    for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-        if tensor is not None and tuple(tensor.shape) != shape:
-            raise ValueError(f"{name} has shape {tuple(tensor.shape)} but the inputs have shape {shape}")
-    if position_ids is not None and position_ids.shape[-1] != shape[1]:
-        raise ValueError(f"position_ids has length {position_ids.shape[-1]} but the inputs have length {shape[1]}")
-    if torch.compiler.is_compiling() or 0 in shape:
-        return  # value checks are data dependent; a compiled graph keeps them out
-    if input_ids is not None:
-        low, high = int(input_ids.min()), int(input_ids.max())
-        if low < 0 or high >= config.vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"input id {bad} is outside the vocabulary [0, {config.vocab_size})")
-    if token_type_ids is not None:
-        low, high = int(token_type_ids.min()), int(token_type_ids.max())
-        if low < 0 or high >= config.type_vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"token type id {bad} is outside [0, type_vocab_size={config.type_vocab_size})")
-    if position_ids is not None:
-        low, high = int(position_ids.min()), int(position_ids.max())
-        if low < 0 or high >= config.max_position_embeddings:
-            raise ValueError(f"position ids must lie in [0, {config.max_position_embeddings}), got [{low}, {high}]")
+# ----------------------------------------------------------------------------------------------- embeddings
 
 
 class HfBertEmbeddings(nn.Module):
@@ -263,9 +103,8 @@ class HfBertEmbeddings(nn.Module):
     def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None) -> torch.Tensor:
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)  # (B, T, D)
-        length = inputs_embeds.shape[1]
         if position_ids is None:
-            position_ids = torch.arange(length, device=inputs_embeds.device)
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
         if token_type_ids is None:  # a single segment: every token belongs to sentence A
             segments = self.token_type_embeddings.weight[0]
         else:
@@ -274,83 +113,53 @@ class HfBertEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(embeddings))
 
 
-@dataclass
-class _Layout:
-    """Where the encoder's packed rows sit in the batch.
+# ----------------------------------------------------------------------------------------------- attention
 
-    The encoder keeps its hidden states packed as (R, D): only the R tokens whose output can matter (MosaicBERT's
-    unpadding). Every linear layer, LayerNorm and the feed-forward — nearly all the FLOPs — run on those rows; only
-    attention needs the (B, L, D) view, L <= T being the last column any row keeps. ``index`` is None when that view
-    holds no dropped position: packing and padding are then free reshapes.
-    """
 
-    batch: int
-    length: int  # L
-    index: torch.Tensor | None  # (R,) position of each packed row in the flattened (B * L) view
-    bias: torch.Tensor | None  # (B, 1, 1, L) additive key mask
-    queries: torch.Tensor | None = None  # (Q,) packed rows the last layer computes; None = all of them
-
-    def positions(self, rows: torch.Tensor | None) -> torch.Tensor | None:
-        """Where packed rows ``rows`` (None = all) sit in the flattened view."""
-        if rows is None or self.index is None:
-            return self.index if rows is None else rows
-        return self.index[rows]
-
-    def scatter(self, x: torch.Tensor, at: torch.Tensor | None) -> torch.Tensor:
-        """(rows, C) -> (B, L, C), zeros where no row lands."""
-        if at is None:
-            return x.view(self.batch, self.length, -1)
-        view = x.new_zeros(self.batch * self.length, x.shape[-1])
-        return view.index_copy_(0, at, x).view(self.batch, self.length, -1)  # in place: no copy of the zeros
-
-    def gather(self, x: torch.Tensor, at: torch.Tensor | None) -> torch.Tensor:
-        """(B, L, C) -> (rows, C)."""
-        x = x.reshape(self.batch * self.length, -1)
-        return x if at is None else x.index_select(0, at)
+def eager_attention_forward(module: nn.Module, query, key, value, attention_mask, scaling: float,
+                            dropout: float = 0.0, **kwargs):
+    """softmax(Q K^T * scaling + mask) V, written out. ``query``/``key``/``value`` (B, N, T, H); ``attention_mask``
+    additive (B, 1, T, T): 0 where a key is a token, the dtype's minimum at padding keys. Returns the context
+    (B, T, N, H) and the attention probabilities (B, N, T, T)."""
+    scores = query @ key.transpose(-1, -2) * scaling  # (B, N, T, T)
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    probs = scores.softmax(dim=-1)
+    context = F.dropout(probs, p=dropout, training=module.training) @ value  # (B, N, T, H)
+    return context.transpose(1, 2).contiguous(), probs
 
 
 class HfBertSelfAttention(nn.Module):
     """Bidirectional multi-head scaled dot-product attention; the mask hides padding keys only."""
+
+    is_causal = False  # read by the sdpa and flash backends: every token sees every token of its sequence
 
     def __init__(self, config: HfBertConfig):
         super().__init__()
         self.config = config
         self.num_heads = config.num_attention_heads
         self.head_size = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_size**-0.5
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
 
-    def _split_heads(self, x: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
-        batch, length, _ = x.shape
-        x = x.view(batch, length, parts, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)  # (parts, B, N, L, H)
-        return x.unbind(0)
-
-    def forward(self, hidden_states, layout: _Layout, queries=None, output_attentions: bool = False):
-        """``hidden_states`` (R, D) packed rows; ``queries`` (Q,) the rows to compute outputs for (None = all).
-        Returns the context (Q, D) and, when asked, the attention probabilities (B, N, L, L)."""
-        at = layout.positions(queries)
-        if queries is None:
-            qkv = layout.scatter(_dense(hidden_states, self.query, self.key, self.value), at)  # (B, L, 3D)
-            query, key, value = self._split_heads(qkv, 3)  # (B, N, L, H) each
-        else:  # keys and values for every row, queries only where an output is read
-            key, value = self._split_heads(layout.scatter(_dense(hidden_states, self.key, self.value),
-                                                          layout.index), 2)
-            (query,) = self._split_heads(layout.scatter(_dense(hidden_states[queries], self.query), at), 1)
-        probs = None
-        if output_attentions or self.config._attn_implementation == "eager":
-            scores = query @ key.transpose(-1, -2) / math.sqrt(self.head_size)  # (B, N, L, L)
-            if layout.bias is not None:
-                scores = scores + layout.bias
-            probs = torch.softmax(scores, dim=-1)
-            context = self.dropout(probs) @ value  # (B, N, L, H)
+    def forward(self, hidden_states, attention_mask=None, packed: PackedRows | None = None, **kwargs):
+        """``hidden_states`` (B, T, D), or (R, D) when ``packed``. Returns the context in the same shape and the
+        attention probabilities (B, N, T, T) where the backend computes them (eager), else None."""
+        heads = (*hidden_states.shape[:-1], self.num_heads, self.head_size)
+        query = self.query(hidden_states).view(heads)  # (B, T, N, H) or (R, N, H)
+        key = self.key(hidden_states).view(heads)
+        value = self.value(hidden_states).view(heads)
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        options = dict(dropout=self.dropout.p if self.training else 0.0, scaling=self.scaling, **kwargs)
+        if packed is None:
+            query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # (B, N, T, H)
+            context, probs = attention(self, query, key, value, attention_mask, **options)  # (B, T, N, H)
         else:
-            context = F.scaled_dot_product_attention(
-                query, key, value, attn_mask=layout.bias, dropout_p=self.dropout.p if self.training else 0.0
-            )
-        context = layout.gather(context.transpose(1, 2), at)  # (B, L, N, H) -> (Q, D)
-        return context, (probs if output_attentions else None)
+            context, probs = packed.attention(attention, self, query, key, value, attention_mask, **options)
+        return context.reshape(hidden_states.shape), probs
 
 
 class HfBertSelfOutput(nn.Module):
@@ -363,7 +172,7 @@ class HfBertSelfOutput(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden_states, residual):
-        return self.LayerNorm(self.dropout(_dense(hidden_states, self.dense)) + residual)
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + residual)
 
 
 class HfBertAttention(nn.Module):
@@ -372,10 +181,12 @@ class HfBertAttention(nn.Module):
         self.self = HfBertSelfAttention(config)
         self.output = HfBertSelfOutput(config)
 
-    def forward(self, hidden_states, layout: _Layout, queries=None, output_attentions: bool = False):
-        context, probs = self.self(hidden_states, layout, queries, output_attentions)
-        residual = hidden_states if queries is None else hidden_states[queries]
-        return self.output(context, residual), probs
+    def forward(self, hidden_states, attention_mask=None, packed: PackedRows | None = None, **kwargs):
+        context, probs = self.self(hidden_states, attention_mask, packed, **kwargs)
+        return self.output(context, hidden_states), probs
+
+
+# ----------------------------------------------------------------------------------------------- feed-forward, layer
 
 
 class HfBertIntermediate(nn.Module):
@@ -385,7 +196,7 @@ class HfBertIntermediate(nn.Module):
         self.intermediate_act_fn = _activation(config.hidden_act)
 
     def forward(self, hidden_states):
-        return _dense(hidden_states, self.dense, activation=self.intermediate_act_fn)
+        return self.intermediate_act_fn(self.dense(hidden_states))
 
 
 class HfBertOutput(HfBertSelfOutput):
@@ -397,7 +208,7 @@ class HfBertOutput(HfBertSelfOutput):
 
 
 class HfBertLayer(GradientCheckpointingLayer):
-    """One Post-LN block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), on packed rows (R, D) -> (Q, D)."""
+    """One Post-LN block: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
 
     def __init__(self, config: HfBertConfig):
         super().__init__()
@@ -405,8 +216,8 @@ class HfBertLayer(GradientCheckpointingLayer):
         self.intermediate = HfBertIntermediate(config)
         self.output = HfBertOutput(config)
 
-    def forward(self, hidden_states, layout: _Layout, queries=None, output_attentions: bool = False):
-        attention_output, probs = self.attention(hidden_states, layout, queries, output_attentions)
+    def forward(self, hidden_states, attention_mask=None, packed: PackedRows | None = None, **kwargs):
+        attention_output, probs = self.attention(hidden_states, attention_mask, packed, **kwargs)
         return self.output(self.intermediate(attention_output), attention_output), probs
 
 
@@ -415,23 +226,19 @@ class HfBertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList([HfBertLayer(config) for _ in range(config.num_hidden_layers)])
 
-    def forward(self, hidden_states, layout: _Layout, output_attentions=False, output_hidden_states=False):
-        """(R, D) packed rows -> (Q, D): the last layer computes only ``layout.queries`` (keys and values still come
-        from every row), since nothing reads the other rows' final states."""
-        def full(x):  # returned hidden states are only asked for with an unpacked layout
-            return x.view(layout.batch, layout.length, -1)
-
-        all_hidden = (full(hidden_states),) if output_hidden_states else None
+    def forward(self, hidden_states, attention_mask=None, packed: PackedRows | None = None,
+                output_attentions: bool = False, output_hidden_states: bool = False, **kwargs) -> BaseModelOutput:
+        """Returned hidden states and attentions are the tensors the layers computed with (gradients reach them)."""
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
         all_attentions = () if output_attentions else None
-        last = len(self.layer) - 1
-        for i, layer in enumerate(self.layer):
-            queries = layout.queries if i == last else None
-            hidden_states, probs = layer(hidden_states, layout, queries, output_attentions)
+        for layer in self.layer:
+            hidden_states, probs = layer(hidden_states, attention_mask, packed=packed, **kwargs)
             if output_hidden_states:
-                all_hidden += (full(hidden_states),)
+                all_hidden_states += (hidden_states,)
             if output_attentions:
                 all_attentions += (probs,)
-        return hidden_states, all_hidden, all_attentions
+        return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states,
+                               attentions=all_attentions)
 
 
 class HfBertPooler(nn.Module):
@@ -443,9 +250,10 @@ class HfBertPooler(nn.Module):
         self.activation = nn.Tanh()
 
     def forward(self, hidden_states):
-        """``hidden_states`` (B, T, D), or already the [CLS] states (B, D)."""
-        cls_states = hidden_states[:, 0] if hidden_states.dim() == 3 else hidden_states
-        return _dense(cls_states, self.dense, activation=self.activation)  # (B, D)
+        return self.activation(self.dense(hidden_states[:, 0]))  # (B, T, D) -> (B, D)
+
+
+# ----------------------------------------------------------------------------------------------- heads
 
 
 class HfBertPredictionHeadTransform(nn.Module):
@@ -456,7 +264,7 @@ class HfBertPredictionHeadTransform(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states):
-        return self.LayerNorm(_dense(hidden_states, self.dense, activation=self.transform_act_fn))
+        return self.LayerNorm(self.transform_act_fn(self.dense(hidden_states)))
 
 
 class HfBertLMPredictionHead(nn.Module):
@@ -469,7 +277,7 @@ class HfBertLMPredictionHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, hidden_states):
-        return _dense(self.transform(hidden_states), self.decoder)
+        return self.decoder(self.transform(hidden_states))
 
 
 class HfBertOnlyMLMHead(nn.Module):
@@ -500,16 +308,70 @@ class HfBertPreTrainingHeads(nn.Module):
         return self.predictions(sequence_output), self.seq_relationship(pooled_output)
 
 
+# The supervised rows are padded up to a multiple of this before the vocabulary projection: their count changes every
+# batch, and buffers of a few sizes are reused by the CPU allocator where ever-new sizes make the process grow.
+MLM_ROW_BUCKET = 64
+
+
+def _masked_lm(predictions: HfBertLMPredictionHead, sequence_output, labels, num_items_in_batch=None):
+    """Vocabulary logits (M, V) at the supervised positions only, and their cross-entropy.
+
+    A (M, D) x (D, V) product instead of (B*T, D) x (D, V): about 15% of the head's work at the usual masking rate,
+    and B x T x V logits are never built.
+    """
+    _check_labels_shape(labels, sequence_output.shape[:2])
+    supervised = labels != IGNORE_INDEX  # (B, T)
+    states, targets = sequence_output[supervised], labels[supervised]  # (M, D), (M,) in row-major order
+    count = targets.shape[0]
+    extra = -count % MLM_ROW_BUCKET
+    logits = predictions(F.pad(states, (0, 0, 0, extra)))  # (M + extra, V); the extra rows are not supervised
+    total = F.cross_entropy(logits.float(), F.pad(targets, (0, extra), value=IGNORE_INDEX), reduction="sum")
+    return logits[:count], _normalise(total, count, num_items_in_batch)
+
+
+def _normalise(total, count, num_items_in_batch=None):
+    """A summed loss over ``num_items_in_batch`` when given (transformers' convention for gradient accumulation),
+    else the mean over the ``count`` items of this batch; 0, not NaN, when there is nothing to average."""
+    if num_items_in_batch is None:
+        return total / max(count, 1)
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(total.device)
+    return total / num_items_in_batch
+
+
+def _check_labels_shape(labels, shape):
+    if tuple(labels.shape) != tuple(shape):
+        raise ValueError(f"labels have shape {tuple(labels.shape)} but the inputs have shape {tuple(shape)}")
+
+
+def _padding_unread(labels, attention_mask) -> bool | None:
+    """With MLM labels the heads read only the supervised positions, so padding need not be computed; a label on a
+    padding position (computed there, as transformers does) keeps every position. None: as configured."""
+    if labels is None:
+        return None
+    if attention_mask is None:
+        return True
+    _check_labels_shape(labels, attention_mask.shape)
+    return not bool(((labels != IGNORE_INDEX) & (attention_mask == 0)).any())
+
+
+# ----------------------------------------------------------------------------------------------- base classes
+
+
 class HfBertPreTrainedModel(PreTrainedModel):
     config_class = HfBertConfig
     config: HfBertConfig
     base_model_prefix = "bert"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
     _no_split_modules = ["HfBertEmbeddings", "HfBertLayer"]
-    # Attention reads ``config._attn_implementation`` on every call ("eager" or "sdpa"), so switching it at run time
-    # with ``set_attn_implementation`` is safe; transformers otherwise guesses this from the source text.
-    _can_set_attn_implementation_cached_value = True
+
+    def __init__(self, config: HfBertConfig, *args, **kwargs):
+        config.check_values()  # any value is accepted while a config is built; a model needs consistent ones
+        super().__init__(config, *args, **kwargs)
 
     def _init_weights(self, module):
         """Google's ``create_initializer``: truncated normal, std ``initializer_range``, cut at two std."""
@@ -524,12 +386,43 @@ class HfBertPreTrainedModel(PreTrainedModel):
         elif isinstance(module, HfBertLMPredictionHead):
             init.zeros_(module.bias)
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' loader; a weights file that cannot be read is named, and said to be corrupt."""
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except Exception as error:
+            corrupt = _unreadable_weights(pretrained_model_name_or_path)
+            if corrupt is None:
+                raise
+            raise OSError(f"the weights file {corrupt} is corrupt or truncated ({type(error).__name__}: {error}); "
+                          "save or download it again") from error
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         # Write the whole auto_map, not only this class's entry, so that any AutoModel* class (and the pipelines)
         # can load the folder as remote code where hfbert is not installed.
         if type(self)._auto_class is not None:
             self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
         return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+def _unreadable_weights(folder) -> Path | None:
+    """The first weights file in a local ``folder`` that does not open, or None."""
+    if not isinstance(folder, (str, Path)) or not Path(folder).is_dir():
+        return None
+    folder = Path(folder)
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(path, framework="pt") as f:
+                f.keys()
+        except Exception:
+            return path
+    for path in sorted(folder.glob("pytorch_model*.bin")):
+        try:
+            torch.load(path, map_location="meta", weights_only=True)
+        except Exception:
+            return path
+    return None
 
 
 @dataclass
@@ -549,16 +442,39 @@ class HfBertForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
-class HfBertModel(HfBertPreTrainedModel):
-    """The bare encoder: ``last_hidden_state`` (B, T, D) and ``pooler_output`` (B, D).
+def _check_inputs(config: HfBertConfig, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids):
+    """Fail early, naming the problem, instead of deep inside an embedding lookup or a broadcast."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("pass exactly one of input_ids or inputs_embeds")
+    if input_ids is not None and input_ids.dim() != 2:
+        raise ValueError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
+    if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size):
+        raise ValueError(f"inputs_embeds must have shape (batch, length, {config.hidden_size}), "
+                         f"got {tuple(inputs_embeds.shape)}")
+    shape = tuple((input_ids if input_ids is not None else inputs_embeds).shape[:2])
+    if shape[1] > config.max_position_embeddings:
+        raise ValueError(f"sequence length {shape[1]} is longer than max_position_embeddings "
+                         f"({config.max_position_embeddings})")
+    for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+        if tensor is not None and tuple(tensor.shape) != shape:
+            raise ValueError(f"{name} has shape {tuple(tensor.shape)} but the inputs have shape {shape}")
+    if position_ids is not None and position_ids.shape[-1] != shape[1]:
+        raise ValueError(f"position_ids has length {position_ids.shape[-1]} but the inputs have length {shape[1]}")
+    if torch.compiler.is_compiling() or 0 in shape:
+        return  # the value checks read the data; a compiled graph leaves them out
+    for name, ids, option, limit in (("input id", input_ids, "vocab_size", config.vocab_size),
+                                     ("token type id", token_type_ids, "type_vocab_size", config.type_vocab_size),
+                                     ("position id", position_ids, "max_position_embeddings",
+                                      config.max_position_embeddings)):
+        if ids is not None:
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= limit:
+                where = "the vocabulary " if name == "input id" else ""
+                raise ValueError(f"{name} {low if low < 0 else high} is outside {where}[0, {option}={limit})")
 
-    Only the tokens whose output can be read are computed. The heads tell the encoder which final states they read
-    (``select_positions``): padding positions are then dropped from every linear layer, LayerNorm and feed-forward,
-    trailing all-padding columns are cut, and the last layer computes only the selected rows. None of this changes a
-    returned value. Outputs at padding positions are part of ``last_hidden_state``, so they are computed, as
-    transformers computes them, unless ``config.padding_free`` is True: ``last_hidden_state`` (and per-token logits)
-    are then 0 at padding positions and a mixed-length batch costs about its real tokens instead of B x T.
-    """
+
+class HfBertModel(HfBertPreTrainedModel):
+    """The bare encoder: ``last_hidden_state`` (B, T, D) and ``pooler_output`` (B, D)."""
 
     def __init__(self, config: HfBertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
@@ -573,82 +489,6 @@ class HfBertModel(HfBertPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
-    def _attention_bias(self, attention_mask, dtype):
-        """1 = attend, 0 = padding -> an additive (B, 1, 1, T) bias on the attention scores, built once here.
-
-        The smallest finite value (not -inf) keeps a fully padded row finite: its scores are all equal and softmax
-        spreads evenly instead of producing NaN.
-        """
-        if attention_mask is None:
-            return None
-        if not torch.compiler.is_compiling() and bool(attention_mask.all()):
-            return None  # nothing to hide: lets SDPA pick its fastest kernel
-        keep = attention_mask[:, None, None, :].to(dtype)
-        # bfloat16's smallest value is finite in float32 too: under CUDA's bf16 autocast SDPA casts the bias down, and
-        # float32's smallest value would become -inf there (a fully padded row would turn NaN).
-        floor = torch.finfo(torch.float16 if dtype == torch.float16 else torch.bfloat16).min
-        return (1.0 - keep) * floor
-
-    def _needed(self, attention_mask, select, shape, device):
-        """Positions to compute in every layer (``keep``) and in the last one (``final``), (B, T) bool; None = all.
-
-        Keys come only from attend positions, so a padding position matters only if its own output is read.
-        """
-        padding_free = bool(getattr(self.config, "padding_free", False))
-        if select is None and not padding_free:
-            return None, None  # every position is an output
-        cls = torch.zeros(shape, dtype=torch.bool, device=device)
-        cls[:, 0] = True  # the pooler reads [CLS]; keeping column 0 also keeps every row non-empty
-        if select is None:
-            final = None
-        elif isinstance(select, str):
-            final = cls
-        else:
-            final = select | cls if self.pooler is not None else select
-        if attention_mask is None:
-            return None, final
-        valid = attention_mask.bool()
-        keep = valid | cls if final is None else valid | final | cls
-        if not padding_free:
-            # transformers spreads an all-padding row's attention evenly over every position: keep them all to match
-            keep = keep | ~valid.any(1, keepdim=True)
-        return keep, final
-
-    def _layout(self, attention_mask, keep, final, shape, dtype) -> _Layout:
-        batch, length = shape
-        index = queries = None
-        if keep is not None:
-            length = int(keep.any(0).nonzero().max()) + 1  # cut trailing columns that no row keeps
-            keep = keep[:, :length]
-            if not bool(keep.all()):
-                index = keep.flatten().nonzero().squeeze(1)
-        if final is not None:
-            final = final[:, :length].flatten()
-            slot = torch.arange(final.numel(), device=final.device) if index is None else keep.flatten().cumsum(0) - 1
-            queries = slot[final]  # packed row of every final position, row-major
-        mask = attention_mask[:, :length] if attention_mask is not None else None
-        return _Layout(batch, length, index, self._attention_bias(mask, dtype), queries)
-
-    def _read_out(self, states, layout: _Layout, final, select, shape):
-        """The encoder's final rows -> (sequence output as ``select`` asks, [CLS] states (B, D))."""
-        batch, length = shape[0], layout.length
-        if layout.queries is None:  # states: every kept row
-            sequence_output = layout.scatter(states, layout.index)  # (B, L, D), zeros at dropped positions
-            if length < shape[1]:
-                sequence_output = F.pad(sequence_output, (0, 0, 0, shape[1] - length))  # (B, T, D)
-            cls_states = sequence_output[:, 0]
-            if isinstance(select, torch.Tensor):
-                return sequence_output[select], cls_states  # (M, D)
-            return (sequence_output if select is None else None), cls_states
-        # states: the last layer's rows (``final``), row-major
-        final = final[:, :length].flatten()
-        first = torch.zeros(batch, length, dtype=torch.bool, device=states.device)
-        first[:, 0] = True
-        cls_states = states[first.flatten()[final]] if self.pooler is not None else None  # (B, D)
-        if isinstance(select, torch.Tensor):
-            return states[select[:, :length].flatten()[final]], cls_states  # (M, D)
-        return None, cls_states
-
     @can_return_tuple
     def forward(
         self,
@@ -660,62 +500,47 @@ class HfBertModel(HfBertPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         *,
-        select_positions: torch.Tensor | str | None = None,
+        padding_free: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
-        r"""``select_positions`` (for the heads) says which final states are read: None, every position
-        (``last_hidden_state`` (B, T, D)); a bool (B, T) tensor, only those positions (``last_hidden_state`` (M, D),
-        row-major); ``"pooled"``, none but [CLS] (``last_hidden_state`` None)."""
+        r"""``attention_mask`` (B, T): 1 = token, 0 = padding. ``padding_free`` (None: ``config.padding_free``): run
+        the encoder on the real tokens only; ``last_hidden_state`` is then 0 at padding positions."""
         _check_inputs(self.config, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids)
-        shape = tuple(input_ids.shape) if input_ids is not None else tuple(inputs_embeds.shape[:2])
-        if isinstance(select_positions, torch.Tensor) and tuple(select_positions.shape) != shape:
-            raise ValueError(f"labels have shape {tuple(select_positions.shape)} but the inputs have shape {shape}")
-        if output_attentions is None:
-            output_attentions = self.config.output_attentions
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        device = (input_ids if input_ids is not None else inputs_embeds).device
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (self.config.output_hidden_states if output_hidden_states is None
+                                else output_hidden_states)
+        if output_attentions and self.config._attn_implementation != "eager":
+            logger.warning_once(f"attention probabilities are computed only with attn_implementation='eager', not "
+                                f"{self.config._attn_implementation!r}: no attentions are returned. Load the model "
+                                "with attn_implementation='eager' or call model.set_attn_implementation('eager').")
+        if padding_free is None:
+            padding_free = self.config.padding_free
 
-        if output_attentions or output_hidden_states or torch.compiler.is_compiling():
-            keep = final = None  # every layer's full (B, T) output is returned, or shapes must not depend on data
-        else:
-            keep, final = self._needed(attention_mask, select_positions, shape, device)
-        dtype = self.embeddings.word_embeddings.weight.dtype if inputs_embeds is None else inputs_embeds.dtype
-        layout = self._layout(attention_mask, keep, final, shape, dtype)
-        length = layout.length
-
-        def cut(x):
-            return None if x is None else x[..., :length] if x.dim() < 3 else x[:, :length]
-
-        embeddings = self.embeddings(cut(input_ids), cut(token_type_ids), cut(position_ids), cut(inputs_embeds))
-        packed = layout.gather(embeddings, layout.index)  # (B, L, D) -> (R, D)
-        states, hidden_states, attentions = self.encoder(packed, layout, output_attentions, output_hidden_states)
-
-        sequence_output, cls_states = self._read_out(states, layout, final, select_positions, shape)
-        pooled_output = self.pooler(cls_states) if self.pooler is not None else None
-        return BaseModelOutputWithPooling(
-            last_hidden_state=sequence_output,
-            pooler_output=pooled_output,
-            hidden_states=hidden_states,
-            attentions=attentions,
-        )
+        embeddings = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, D)
+        # The 2D mask becomes the form the attention backend takes (additive, boolean, block mask), once.
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask)
+        packed = None
+        if padding_free and not (output_attentions or output_hidden_states):  # those return every (B, T) position
+            packed = PackedRows.from_mask(attention_mask)
+        hidden_states = embeddings if packed is None else packed.pack(embeddings)  # (B, T, D) or (R, D)
+        encoded = self.encoder(hidden_states, mask, packed, output_attentions=output_attentions,
+                               output_hidden_states=output_hidden_states, **kwargs)
+        sequence_output = encoded.last_hidden_state
+        if packed is not None:
+            sequence_output = packed.unpack(sequence_output)  # (R, D) -> (B, T, D)
+        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        attentions = encoded.attentions
+        if attentions is not None and self.config._attn_implementation != "eager":
+            attentions = ()
+        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output,
+                                          hidden_states=encoded.hidden_states, attentions=attentions)
 
 
-def _masked_lm(predictions: HfBertLMPredictionHead, supervised_states, labels):
-    """Vocabulary logits and mean cross-entropy at the supervised positions only.
-
-    The heads ask the encoder for the M supervised rows only, so the transform and the decoder are a (M, D) x (D, V)
-    product instead of (B*T, D) x (D, V) — about 15% of the work at the usual masking rate — and (B, T, V) logits
-    are never built.
-    """
-    logits = predictions(supervised_states)  # (M, V)
-    targets = labels[labels != IGNORE_INDEX]  # (M,)
-    if targets.numel() == 0:
-        return logits, logits.sum() * 0.0  # nothing to predict in this batch: zero loss, zero gradient
-    return logits, F.cross_entropy(logits.float(), targets)
+# ----------------------------------------------------------------------------------------------- task models
 
 
 class HfBertForPreTraining(HfBertPreTrainedModel):
-    """MLM + NSP. Loss = mean MLM cross-entropy over supervised positions + NSP cross-entropy."""
+    """MLM + NSP. Loss = MLM cross-entropy over the supervised positions + mean NSP cross-entropy over the pairs."""
 
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
@@ -747,19 +572,18 @@ class HfBertForPreTraining(HfBertPreTrainedModel):
         next_sentence_label: torch.LongTensor | None = None,
         output_attentions=None,
         output_hidden_states=None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> HfBertForPreTrainingOutput:
         r"""``labels`` (B, T): the original token at supervised positions, -100 elsewhere. ``next_sentence_label``
         (B,): 0 when B is the actual next segment, 1 when it is random."""
-        outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-            select_positions=None if labels is None else labels != IGNORE_INDEX,
-        )
+        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+                            output_hidden_states, padding_free=_padding_unread(labels, attention_mask), **kwargs)
         sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
         nsp_logits = self.cls.seq_relationship(pooled_output)  # (B, 2)
         mlm_loss = nsp_loss = loss = None
         if labels is not None:
-            prediction_logits, mlm_loss = _masked_lm(self.cls.predictions, sequence_output, labels)
+            prediction_logits, mlm_loss = _masked_lm(self.cls.predictions, sequence_output, labels,
+                                                     kwargs.get("num_items_in_batch"))
         else:
             prediction_logits = self.cls.predictions(sequence_output)  # (B, T, V)
         if next_sentence_label is not None:
@@ -807,20 +631,18 @@ class HfBertForMaskedLM(HfBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         output_attentions=None,
         output_hidden_states=None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
-        outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-            select_positions=None if labels is None else labels != IGNORE_INDEX,
-        )
+        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+                            output_hidden_states, padding_free=_padding_unread(labels, attention_mask), **kwargs)
         loss = None
         if labels is not None:
-            logits, loss = _masked_lm(self.cls.predictions, outputs.last_hidden_state, labels)
+            logits, loss = _masked_lm(self.cls.predictions, outputs.last_hidden_state, labels,
+                                      kwargs.get("num_items_in_batch"))
         else:
-            logits = self.cls(outputs.last_hidden_state)
-        return MaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+            logits = self.cls(outputs.last_hidden_state)  # (B, T, V)
+        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                              attentions=outputs.attentions)
 
 
 class HfBertForNextSentencePrediction(HfBertPreTrainedModel):
@@ -841,18 +663,23 @@ class HfBertForNextSentencePrediction(HfBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         output_attentions=None,
         output_hidden_states=None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> NextSentencePredictorOutput:
         r"""``labels`` (B,): 0 = B follows A, 1 = B is random."""
-        outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-            select_positions="pooled",
-        )
-        logits = self.cls(outputs.pooler_output)
-        loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
-        return NextSentencePredictorOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+                            output_hidden_states, padding_free=True, **kwargs)
+        logits = self.cls(outputs.pooler_output)  # (B, 2)
+        loss = None
+        if labels is not None:
+            loss = _cross_entropy(logits, labels.view(-1), kwargs.get("num_items_in_batch"))
+        return NextSentencePredictorOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                           attentions=outputs.attentions)
+
+
+def _cross_entropy(logits, targets, num_items_in_batch=None, ignore_index=IGNORE_INDEX):
+    """Cross-entropy (N, C) x (N,) normalised as :func:`_normalise`: the mean, or the sum over num_items_in_batch."""
+    total = F.cross_entropy(logits.float(), targets, ignore_index=ignore_index, reduction="sum")
+    return _normalise(total, int((targets != ignore_index).sum()), num_items_in_batch)
 
 
 def _classifier_dropout(config: HfBertConfig) -> nn.Dropout:
@@ -860,8 +687,10 @@ def _classifier_dropout(config: HfBertConfig) -> nn.Dropout:
     return nn.Dropout(rate)
 
 
-def _sequence_loss(config: HfBertConfig, logits, labels):
-    """Regression (MSE) when num_labels == 1, softmax cross-entropy for integer labels, BCE for multi-label."""
+def _sequence_loss(config: HfBertConfig, logits, labels, num_items_in_batch=None):
+    """Regression (MSE) when num_labels == 1, softmax cross-entropy for integer labels, BCE for multi-label; the
+    problem type is inferred as transformers does. Every kind is normalised by ``num_items_in_batch`` when given
+    (Trainer counts labels: one per row, one per row and class for multi-label)."""
     if config.problem_type is None:
         if config.num_labels == 1:
             config.problem_type = "regression"
@@ -869,20 +698,22 @@ def _sequence_loss(config: HfBertConfig, logits, labels):
             config.problem_type = "single_label_classification"
         else:
             config.problem_type = "multi_label_classification"
-    if config.problem_type == "regression":
-        if config.num_labels == 1:
-            return F.mse_loss(logits.squeeze(), labels.squeeze().to(logits.dtype))
-        return F.mse_loss(logits, labels.to(logits.dtype))
     if config.problem_type == "single_label_classification":
         labels = labels.view(-1)
         if not torch.compiler.is_compiling():
             bad = labels[(labels != IGNORE_INDEX) & ((labels < 0) | (labels >= config.num_labels))]
             if bad.numel():
                 raise ValueError(f"label {int(bad[0])} is outside [0, num_labels={config.num_labels})")
-        return F.cross_entropy(logits.view(-1, config.num_labels), labels)
-    if config.problem_type == "multi_label_classification":
-        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
-    raise ValueError(f"unknown problem_type {config.problem_type!r}")
+        return _cross_entropy(logits.view(-1, config.num_labels), labels, num_items_in_batch)
+    if config.problem_type == "regression":
+        if config.num_labels == 1:
+            logits, labels = logits.squeeze(-1), labels.view(-1)
+        total = F.mse_loss(logits.float(), labels.float(), reduction="sum")
+    elif config.problem_type == "multi_label_classification":
+        total = F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction="sum")
+    else:
+        raise ValueError(f"unknown problem_type {config.problem_type!r}")
+    return _normalise(total, labels.numel(), num_items_in_batch)
 
 
 class HfBertForSequenceClassification(HfBertPreTrainedModel):
@@ -907,17 +738,16 @@ class HfBertForSequenceClassification(HfBertPreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions=None,
         output_hidden_states=None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
-        outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-            select_positions="pooled",
-        )
+        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+                            output_hidden_states, padding_free=True, **kwargs)
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
-        loss = _sequence_loss(self.config, logits, labels) if labels is not None else None
-        return SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        loss = None
+        if labels is not None:
+            loss = _sequence_loss(self.config, logits, labels, kwargs.get("num_items_in_batch"))
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                        attentions=outputs.attentions)
 
 
 class HfBertForMultipleChoice(HfBertPreTrainedModel):
@@ -941,6 +771,7 @@ class HfBertForMultipleChoice(HfBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         output_attentions=None,
         output_hidden_states=None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> MultipleChoiceModelOutput:
         reference = input_ids if input_ids is not None else inputs_embeds
         if reference is None or reference.dim() < 3:
@@ -950,15 +781,12 @@ class HfBertForMultipleChoice(HfBertPreTrainedModel):
         def flat(x):  # (B, C, T, ...) -> (B*C, T, ...)
             return None if x is None else x.reshape(-1, *x.shape[2:])
 
-        outputs = self.bert(
-            flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids), flat(inputs_embeds),
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, select_positions="pooled",
-        )
+        outputs = self.bert(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids),
+                            flat(inputs_embeds), output_attentions, output_hidden_states, padding_free=True, **kwargs)
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)  # (B, C)
-        loss = F.cross_entropy(logits, labels) if labels is not None else None
-        return MultipleChoiceModelOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        loss = _cross_entropy(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
+        return MultipleChoiceModelOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                         attentions=outputs.attentions)
 
 
 class HfBertForTokenClassification(HfBertPreTrainedModel):
@@ -983,18 +811,16 @@ class HfBertForTokenClassification(HfBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         output_attentions=None,
         output_hidden_states=None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> TokenClassifierOutput:
-        outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-        )
+        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+                            output_hidden_states, **kwargs)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1))
-        return TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+            loss = _cross_entropy(logits.view(-1, self.num_labels), labels.view(-1), kwargs.get("num_items_in_batch"))
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                     attentions=outputs.attentions)
 
 
 class HfBertForQuestionAnswering(HfBertPreTrainedModel):
@@ -1019,30 +845,22 @@ class HfBertForQuestionAnswering(HfBertPreTrainedModel):
         end_positions: torch.LongTensor | None = None,
         output_attentions=None,
         output_hidden_states=None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> QuestionAnsweringModelOutput:
-        outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-        )
+        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+                            output_hidden_states, **kwargs)
         logits = self.qa_outputs(outputs.last_hidden_state)  # (B, T, 2)
         start_logits, end_logits = (x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1))  # (B, T) each
         loss = None
         if start_positions is not None and end_positions is not None:
             # A position outside the window (the answer lies in another window) is ignored, as in the original.
-            length = start_logits.shape[1]
+            length, count = start_logits.shape[1], kwargs.get("num_items_in_batch")
             start = start_positions.view(-1).clamp(0, length)
             end = end_positions.view(-1).clamp(0, length)
-            loss = (
-                F.cross_entropy(start_logits, start, ignore_index=length)
-                + F.cross_entropy(end_logits, end, ignore_index=length)
-            ) / 2
-        return QuestionAnsweringModelOutput(
-            loss=loss,
-            start_logits=start_logits,
-            end_logits=end_logits,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
+            loss = (_cross_entropy(start_logits, start, count, ignore_index=length)
+                    + _cross_entropy(end_logits, end, count, ignore_index=length)) / 2
+        return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
+                                            hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
 # Auto class -> "module.Class", written into every saved config so any Auto class loads the folder as remote code.

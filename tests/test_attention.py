@@ -1,0 +1,208 @@
+"""Attention through transformers' attention interface: eager, sdpa and flex_attention agree with each other and with
+transformers' BERT on every head, the backend is chosen exactly as for transformers' BERT, packed rows reach a
+variable-length backend in FlashAttention's cu_seqlens form, and gradients reach every returned state.
+
+flex_attention compiles on CPU (slow first call, again for every new shape), so every flex call in this file uses one
+config and one input shape (BATCH x LENGTH), and the outputs are computed once per module.
+"""
+
+import pytest
+import torch
+import transformers
+from transformers import AttentionInterface, AttentionMaskInterface
+from transformers.masking_utils import sdpa_mask
+
+import hfbert
+from hfbert import (
+    HfBertConfig,
+    HfBertForMaskedLM,
+    HfBertForMultipleChoice,
+    HfBertForNextSentencePrediction,
+    HfBertForPreTraining,
+    HfBertForQuestionAnswering,
+    HfBertForSequenceClassification,
+    HfBertForTokenClassification,
+    HfBertModel,
+)
+from hfbert import unpadding_hfbert
+
+BATCH, LENGTH, VOCAB, CHOICES = 4, 8, 99, 2
+TINY = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3)
+BACKENDS = ("eager", "sdpa", "flex_attention")
+
+PAIRS = {
+    HfBertModel: transformers.BertModel,
+    HfBertForPreTraining: transformers.BertForPreTraining,
+    HfBertForMaskedLM: transformers.BertForMaskedLM,
+    HfBertForNextSentencePrediction: transformers.BertForNextSentencePrediction,
+    HfBertForSequenceClassification: transformers.BertForSequenceClassification,
+    HfBertForMultipleChoice: transformers.BertForMultipleChoice,
+    HfBertForTokenClassification: transformers.BertForTokenClassification,
+    HfBertForQuestionAnswering: transformers.BertForQuestionAnswering,
+}
+AUTO = {model: auto for auto, model in hfbert._AUTO_CLASSES.items()}
+
+
+def padded_batch(cls, seed=0):
+    """A padded batch of BATCH rows of LENGTH (multiple choice: BATCH / CHOICES questions of CHOICES rows), every
+    row with its own length, and MLM labels with a different supervised count per row."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, VOCAB, (BATCH, LENGTH), generator=g)
+    mask = (torch.arange(LENGTH) < torch.tensor([LENGTH, 3, 6, 5])[:, None]).long()
+    inputs = dict(input_ids=ids, token_type_ids=(torch.arange(LENGTH) >= 2).long().expand(BATCH, -1).clone(),
+                  attention_mask=mask)
+    labels = torch.where((torch.rand(BATCH, LENGTH, generator=g) < 0.4) & mask.bool(), ids, -100)
+    labels[:, 1] = ids[:, 1]
+    if cls is HfBertForMultipleChoice:
+        inputs = {k: v.view(BATCH // CHOICES, CHOICES, LENGTH) for k, v in inputs.items()}
+    return inputs, labels
+
+
+def compared(cls, out, mask):
+    """The outputs that must agree, at real positions only (transformers computes padding positions too)."""
+    valid = mask.bool()
+    if cls is HfBertModel:
+        return {"hidden": out.last_hidden_state[valid], "pooled": out.pooler_output}
+    if cls is HfBertForPreTraining:
+        return {"mlm": out.prediction_logits[valid], "nsp": out.seq_relationship_logits}
+    if cls in (HfBertForMaskedLM, HfBertForTokenClassification):
+        return {"logits": out.logits[valid]}
+    if cls is HfBertForQuestionAnswering:
+        return {"start": out.start_logits[valid], "end": out.end_logits[valid]}
+    return {"logits": out.logits}
+
+
+def twin(cls):
+    torch.manual_seed(0)
+    config = HfBertConfig(**{**TINY, "num_labels": 2 if cls is HfBertForQuestionAnswering else 3})
+    ours = cls(config).eval()
+    theirs = PAIRS[cls](config.to_bert_config()).eval()
+    theirs.load_state_dict(ours.state_dict(), strict=False)
+    return ours, theirs
+
+
+@pytest.fixture(scope="module")
+def backend_outputs():
+    """{(class, backend): (hfbert outputs, transformers outputs, hfbert outputs with MLM labels)}, no_grad: flex
+    attention has no backward on CPU."""
+    results = {}
+    for cls in PAIRS:
+        ours, theirs = twin(cls)
+        inputs, labels = padded_batch(cls)
+        for backend in BACKENDS:
+            ours.set_attn_implementation(backend)
+            theirs.set_attn_implementation(backend)
+            with torch.no_grad():
+                supervised = ours(**inputs, labels=labels) if cls in (HfBertForPreTraining, HfBertForMaskedLM) else None
+                results[cls, backend] = ours(**inputs), theirs(**inputs), supervised
+    return results
+
+
+@pytest.mark.parametrize("cls", list(PAIRS), ids=lambda c: c.__name__)
+def test_backends_agree_with_each_other_and_with_transformers(cls, backend_outputs):
+    mask = padded_batch(cls)[0]["attention_mask"].reshape(BATCH, LENGTH)
+    if cls is HfBertForMultipleChoice:
+        mask = torch.ones(1)  # logits per question: nothing to restrict
+    reference = compared(cls, backend_outputs[cls, "eager"][0], mask)
+    for backend in BACKENDS:
+        ours, theirs, supervised = backend_outputs[cls, backend]
+        for name, value in compared(cls, ours, mask).items():
+            torch.testing.assert_close(value, reference[name], atol=1e-5, rtol=1e-5, msg=f"{backend} {name}")
+            torch.testing.assert_close(value, compared(cls, theirs, mask)[name], atol=1e-5, rtol=1e-5,
+                                       msg=f"{backend} {name} vs transformers")
+        if supervised is not None:  # MLM logits at the supervised rows, from the packed encoder
+            logits = supervised.prediction_logits if cls is HfBertForPreTraining else supervised.logits
+            full = theirs.prediction_logits if cls is HfBertForPreTraining else theirs.logits
+            labels = padded_batch(cls)[1]
+            torch.testing.assert_close(logits, full[labels != -100], atol=1e-5, rtol=1e-5, msg=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attn_implementation_is_chosen_as_for_transformers_bert(backend, tmp_path):
+    HfBertForSequenceClassification(HfBertConfig(**TINY)).save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path, attn_implementation=backend)
+    assert loaded.config._attn_implementation == backend
+    built = transformers.AutoModel.from_config(HfBertConfig(**TINY), attn_implementation=backend)
+    assert built.config._attn_implementation == backend
+    other = "eager" if backend != "eager" else "sdpa"
+    built.set_attn_implementation(other)
+    assert built.config._attn_implementation == other
+    assert all(layer.attention.self.config._attn_implementation == other for layer in built.encoder.layer)
+
+
+def test_flash_attention_without_the_kernel_gives_transformers_error(tmp_path):
+    HfBertModel(HfBertConfig(**TINY)).save_pretrained(tmp_path)
+    with pytest.raises(ImportError, match="FlashAttention2"):
+        transformers.AutoModel.from_pretrained(tmp_path, attn_implementation="flash_attention_2")
+
+
+def varlen_reference(module, query, key, value, attention_mask, scaling, dropout=0.0, cu_seq_lens_q=None,
+                     cu_seq_lens_k=None, max_length_q=None, max_length_k=None, **kwargs):
+    """FlashAttention's contract in plain torch: packed (1, N, R, H) rows with cu_seqlens, or a padded batch with a
+    boolean mask; returns (batch, length, N, H)."""
+    if cu_seq_lens_q is None:
+        context = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                                   scale=scaling)
+        return context.transpose(1, 2), None
+    assert query.shape[0] == 1 and cu_seq_lens_q.dtype == torch.int32 and torch.equal(cu_seq_lens_q, cu_seq_lens_k)
+    lengths = cu_seq_lens_q.diff()
+    assert max_length_q == max_length_k == int(lengths.max())
+    pieces = [torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scaling)
+              for q, k, v in zip(*(x.split(lengths.tolist(), dim=2) for x in (query, key, value)))]
+    varlen_reference.calls += 1
+    return torch.cat(pieces, dim=2).transpose(1, 2), None
+
+
+@pytest.mark.parametrize("cls", [HfBertForPreTraining, HfBertForSequenceClassification], ids=lambda c: c.__name__)
+def test_packed_rows_reach_a_varlen_backend_as_cu_seqlens(cls, monkeypatch):
+    AttentionInterface.register("varlen_reference", varlen_reference)
+    AttentionMaskInterface.register("varlen_reference", sdpa_mask)
+    # This test's backend stands for FlashAttention, which the packed path recognises by name.
+    monkeypatch.setattr(unpadding_hfbert, "is_flash_attention_requested",
+                        lambda config: config._attn_implementation == "varlen_reference")
+    model, _ = twin(cls)
+    inputs, labels = padded_batch(cls)
+    extra = {"labels": labels} if cls is HfBertForPreTraining else {}
+    with torch.no_grad():
+        reference = model(**inputs, **extra)
+        model.set_attn_implementation("varlen_reference")
+        varlen_reference.calls = 0
+        packed = model(**inputs, **extra)
+    assert varlen_reference.calls == TINY["num_hidden_layers"]  # every layer took the cu_seqlens form
+    for name in ("prediction_logits", "seq_relationship_logits", "logits"):
+        if name in reference:
+            torch.testing.assert_close(packed[name], reference[name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_gradients_reach_every_returned_hidden_state_and_attention(backend):
+    model = HfBertForPreTraining(HfBertConfig(**TINY)).train()
+    model.set_attn_implementation(backend)
+    inputs, labels = padded_batch(HfBertForPreTraining)
+    out = model(**inputs, labels=labels, next_sentence_label=torch.tensor([0, 1, 0, 1]), output_hidden_states=True,
+                output_attentions=backend == "eager")
+    for state in (*out.hidden_states, *(out.attentions or ())):
+        state.retain_grad()
+    out.loss.backward()
+    assert len(out.hidden_states) == TINY["num_hidden_layers"] + 1
+    assert all(h.grad is not None and h.grad.abs().sum() > 0 for h in out.hidden_states)
+    if backend == "eager":
+        assert len(out.attentions) == TINY["num_hidden_layers"]
+        assert all(a.grad is not None and a.grad.abs().sum() > 0 for a in out.attentions)
+    else:
+        assert out.attentions is None  # not asked for
+
+
+def test_attentions_with_sdpa_say_they_need_eager(caplog):
+    model = HfBertModel(HfBertConfig(**TINY)).eval()
+    inputs, _ = padded_batch(HfBertModel)
+    transformers.utils.logging.get_logger(__name__).warning_once.cache_clear()  # said once per process
+    with torch.no_grad(), caplog.at_level("WARNING", logger="hfbert"):
+        out = model(**inputs, output_attentions=True)
+    assert out.attentions == ()
+    assert "computed only with attn_implementation='eager', not 'sdpa'" in caplog.text
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        probs = model(**inputs, output_attentions=True).attentions[0]
+    assert probs.shape == (BATCH, TINY["num_attention_heads"], LENGTH, LENGTH)
