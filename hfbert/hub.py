@@ -21,7 +21,6 @@ upload, huggingface_hub replaces its shared client before retrying, and the new 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import sys
@@ -385,9 +384,9 @@ def load_any_bert(repo_or_dir: str | Path, head: str | None = None, *, revision:
 class PushArguments:
     """``hfbert push FOLDER REPO_ID [--revision BRANCH] [--tag TAG] ...``"""
 
-    folder: str = field(metadata={"help": "output folder (config.json, weights, tokenizer, README.md, metrics); "
-                                          "also the first positional argument"})
-    repo_id: str = field(metadata={"help": "namespace/name on the Hub; also the second positional argument"})
+    folder: str = field(metadata={"positional": True, "help": "the folder to push: a saved model (config.json, "
+                                                              "weights, tokenizer, README.md) or a dataset"})
+    repo_id: str = field(metadata={"positional": True, "help": "namespace/name on the Hub"})
     repo_type: str = field(default="model", metadata={"help": "model (needs a config.json) or dataset"})
     revision: str | None = field(default=None, metadata={"help": "branch to push to (created from main when missing)"})
     tag: str | None = field(default=None, metadata={"help": "tag the new commit"})
@@ -403,18 +402,10 @@ class PushArguments:
             raise UsageError(f"--hub_timeout must be a positive number of seconds, got {self.hub_timeout}")
 
 
-def _options_for_positionals(argv: list[str]) -> list[str]:
-    """``FOLDER REPO_ID`` given first, as documented, become ``--folder``/``--repo_id`` for the settings parser."""
-    leading = list(itertools.takewhile(lambda token: not token.startswith("-"), argv[:2]))
-    named = itertools.chain.from_iterable(zip(("--folder", "--repo_id"), leading))
-    return [*named, *argv[len(leading):]]
-
-
 def main(argv: list[str] | None = None) -> int:
     """``hfbert push``: exit status 2 for bad input (one line), 1 when the Hub refuses or does not answer."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = CommandParser("hfbert push", PushArguments, description="Push a saved folder to the Hub.").parse(
-        _options_for_positionals(argv))
+    args = CommandParser("hfbert push", PushArguments, description="Push a saved folder to the Hub.").parse(argv)
 
     def push() -> int:
         try:

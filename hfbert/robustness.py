@@ -15,21 +15,26 @@ classifier that outputs NaN has failed, whatever ``argmax`` would pick.
 
 from __future__ import annotations
 
-import argparse
 import csv
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import nn
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+from .arguments import CommandParser, UsageError, run_command
 from .faults import activation_faults, resolve_bits, resolve_dtype, weight_faults
 
 __all__ = [
+    "RobustnessArguments",
+    "clipped_error_bars",
     "encode_batches",
     "load_examples",
     "main",
@@ -61,7 +66,7 @@ def load_examples(
     """Read a JSON-lines file into (texts, text pairs or None, integer labels).
 
     String labels are mapped through ``label2id`` (the model config's); integer and boolean labels are used
-    as they are.
+    as they are. Bad input raises :class:`~hfbert.arguments.UsageError` (a ``ValueError``) naming the file and line.
     """
     path = Path(path)
     if not path.is_file():
@@ -71,10 +76,15 @@ def load_examples(
         for line_no, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            row = json.loads(line)
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise UsageError(f"{path}:{line_no} is not a JSON line: {err}") from None
+            if not isinstance(row, dict):
+                raise UsageError(f"{path}:{line_no} is not a JSON object (got {type(row).__name__})")
             for column in (text_column, label_column, text_pair_column):
                 if column is not None and column not in row:
-                    raise ValueError(f"{path}:{line_no} has no column {column!r} (columns: {sorted(row)})")
+                    raise UsageError(f"{path}:{line_no} has no column {column!r} (columns: {sorted(row)})")
             texts.append(str(row[text_column]))
             if text_pair_column is not None:
                 pairs.append(str(row[text_pair_column]))
@@ -82,7 +92,7 @@ def load_examples(
             if max_examples is not None and len(texts) >= max_examples:
                 break
     if not texts:
-        raise ValueError(f"{path} holds no examples")
+        raise UsageError(f"{path} holds no examples")
     return texts, (pairs if text_pair_column is not None else None), np.asarray(labels, dtype=np.int64)
 
 
@@ -93,7 +103,7 @@ def _label_id(value: Any, label2id: dict[str, int] | None, where: str) -> int:
         return value
     if isinstance(value, str) and label2id and value in label2id:
         return int(label2id[value])
-    raise ValueError(f"{where}: label {value!r} is neither an integer nor one of the model's labels {label2id}")
+    raise UsageError(f"{where}: label {value!r} is neither an integer nor one of the model's labels {label2id}")
 
 
 def encode_batches(
@@ -242,6 +252,13 @@ def write_results(
     return {"csv": csv_path, "json": json_path}
 
 
+def clipped_error_bars(mean: np.ndarray, std: np.ndarray, low: float = 0.0, high: float = 1.0) -> np.ndarray:
+    """``(2, N)`` lower and upper error-bar lengths: one std either side, cut at the metric's range ``[low, high]``
+    (an accuracy of 0.95 +- 0.1 is drawn up to 1, not to 1.05)."""
+    mean, std = np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64)
+    return np.stack([np.minimum(std, mean - low), np.minimum(std, high - mean)]).clip(min=0.0)
+
+
 def plot_curves(
     summary: Sequence[dict[str, Any]],
     clean: dict[str, float],
@@ -251,7 +268,7 @@ def plot_curves(
     chance: float | None = None,
     title: str | None = None,
 ) -> Path:
-    """Metric vs. bit error rate (log x), one panel per bit class, one line (mean +- std) per site.
+    """Metric vs. bit error rate (log x), one panel per bit class, one line (mean +- std, within [0, 1]) per site.
 
     Uses matplotlib's object API with the Agg canvas, so no global backend is switched.
     """
@@ -271,11 +288,12 @@ def plot_curves(
                             if e["bits"] == bits and e["site"] == site)
             if points:
                 x, y, err = map(np.asarray, zip(*points, strict=True))
-                ax.errorbar(x, y, yerr=err, marker=marker, linestyle=linestyle, capsize=3, alpha=0.85, label=site)
+                ax.errorbar(x, y, yerr=clipped_error_bars(y, err), marker=marker, linestyle=linestyle, capsize=3, alpha=0.85, label=site)
         ax.axhline(clean[metric], color="black", linestyle="--", linewidth=1, label="no faults")
         if chance is not None:
             ax.axhline(chance, color="grey", linestyle=":", linewidth=1, label="majority class")
         ax.set_xscale("log")
+        ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("bit error rate (per eligible bit)")
         ax.set_title(f"{bits} bits")
         ax.grid(True, alpha=0.3)
@@ -292,60 +310,96 @@ def plot_curves(
 # CLI
 # ----------------------------------------------------------------------------------------------------------
 
-
-def _csv_list(value: str) -> list[str]:
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError("expected a comma-separated list")
-    return items
+SITES = ("embeddings", "encoder", "attention", "feed_forward", "layernorm", "pooler", "head")
 
 
-def _ber_list(value: str) -> list[float]:
-    try:
-        return [float(v) for v in _csv_list(value)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bit error rates must be numbers, got {value!r}") from None
+_LIST_OPTIONS = ("--ber", "--sites", "--bits")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hfbert robustness",
-        description="Evaluate a fine-tuned sequence classifier under increasing bit error rates.",
-    )
-    parser.add_argument("--model", required=True, help="folder of a fine-tuned sequence classifier")
-    parser.add_argument("--data", required=True, help="JSON-lines evaluation file")
-    parser.add_argument("--text-column", default="text")
-    parser.add_argument("--text-pair-column", default=None)
-    parser.add_argument("--label-column", default="label")
-    parser.add_argument("--ber", type=_ber_list, default=[1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4],
-                        help="comma-separated bit error rates (per eligible bit)")
-    parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--sites", type=_csv_list, default=["embeddings", "encoder", "head"],
-                        help="weight sites (embeddings, encoder, attention, feed_forward, layernorm, pooler, head) "
-                        "or, with --target activations, embeddings, attention_probs, layer_outputs, logits")
-    parser.add_argument("--bits", type=_csv_list, default=["exponent", "mantissa"],
-                        help="bit classes, one curve panel each: sign, exponent, mantissa, all, an index, or a "
-                        "'+'-joined combination such as sign+exponent")
-    parser.add_argument("--target", choices=("weights", "activations"), default="weights")
-    parser.add_argument("--dtype", default=None, help="cast the model to fp32, bf16 or fp16 before evaluating")
-    parser.add_argument("--metric", choices=("accuracy", "macro_f1"), default="accuracy", help="plotted metric")
-    parser.add_argument("--max-examples", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", required=True, help="output folder")
-    return parser
+def _words(values: list[str]) -> list[str]:
+    """``a,b c`` -> [a, b, c]: lists are given comma- or space-separated."""
+    return [item.strip() for value in values for item in str(value).split(",") if item.strip()]
+
+
+def _split_commas(argv: list[str]) -> list[str]:
+    """``--ber 1e-6,1e-5`` as ``--ber 1e-6 1e-5``: the settings parser reads lists as separate words, and the
+    comma form is the one the study's documentation and scripts use."""
+    out, in_list = [], False
+    for token in argv:
+        if token.startswith("--"):
+            name, equals, value = token.partition("=")
+            in_list = name in _LIST_OPTIONS
+            out += [name, *_words([value])] if in_list and equals else [token]
+        else:
+            out += _words([token]) if in_list else [token]
+    return out
+
+
+@dataclass
+class RobustnessArguments:
+    """The settings of ``hfbert robustness``."""
+
+    model: str = field(metadata={"help": "folder of a fine-tuned sequence classifier"})
+    data: str = field(metadata={"help": "JSON-lines evaluation file"})
+    output: str = field(metadata={"help": "output folder"})
+    text_column: str = field(default="text", metadata={"help": "column of the text"})
+    text_pair_column: str | None = field(default=None, metadata={"help": "column of the second text of a pair"})
+    label_column: str = field(default="label", metadata={"help": "column of the label (an id or a label name)"})
+    ber: list[float] = field(default_factory=lambda: [1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4], metadata={
+        "help": "bit error rates (per eligible bit), comma- or space-separated, each in (0, 1]"})
+    trials: int = field(default=3, metadata={"help": "seeded fault draws per (site, bits, rate)"})
+    sites: list[str] = field(default_factory=lambda: ["embeddings", "encoder", "head"], metadata={
+        "help": f"weight sites ({', '.join(SITES)}) or, with --target activations, embeddings, attention_probs, "
+                "layer_outputs, logits"})
+    bits: list[str] = field(default_factory=lambda: ["exponent", "mantissa"], metadata={
+        "help": "bit classes, one curve panel each: sign, exponent, mantissa, all, an index, or a '+'-joined "
+                "combination such as sign+exponent"})
+    target: Literal["weights", "activations"] = field(default="weights", metadata={"help": "what the faults hit"})
+    dtype: str | None = field(default=None, metadata={"help": "cast the model to fp32, bf16 or fp16 first"})
+    metric: Literal["accuracy", "macro_f1"] = field(default="accuracy", metadata={"help": "the plotted metric"})
+    max_examples: int | None = field(default=None, metadata={"help": "evaluate on the first N examples only"})
+    batch_size: int = field(default=64, metadata={"help": "examples per evaluation batch"})
+    max_length: int = field(default=128, metadata={"help": "tokens per example (longer ones are truncated)"})
+    seed: int = field(default=0, metadata={"help": "seed of the fault draws"})
+
+    def __post_init__(self) -> None:
+        self.sites, self.bits = _words(self.sites), _words(self.bits)
+        if not self.ber or not all(0.0 < b <= 1.0 for b in self.ber):
+            raise UsageError(f"--ber values must be in (0, 1] (the clean model is always evaluated), got {self.ber}")
+        for name in ("sites", "bits"):
+            if not getattr(self, name):
+                raise UsageError(f"--{name} is empty")
+        for name, least in (("trials", 1), ("batch_size", 1), ("max_length", 2), ("max_examples", 1)):
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise UsageError(f"--{name} must be >= {least}, got {value}")
+        model = Path(self.model)
+        if not model.is_dir():
+            raise UsageError(f"--model {self.model}: no such folder")
+        if not (model / "config.json").is_file():
+            raise UsageError(f"--model {self.model} has no config.json: it is not a saved model folder")
+        if not Path(self.data).is_file():
+            raise UsageError(f"--data {self.data}: no such file")
+        if self.dtype is not None:
+            try:
+                resolve_dtype(self.dtype)
+            except (TypeError, ValueError) as err:
+                raise UsageError(f"--dtype: {err}") from None
 
 
 def _load_model(model_dir: str, dtype: str | None, eager: bool) -> tuple[nn.Module, Any]:
     """Any sequence-classification folder the Auto classes know (``hfbert`` folders are registered on import)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
     kwargs: dict[str, Any] = {"attn_implementation": "eager"} if eager else {}
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, **kwargs)
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(model_dir, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError, KeyError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UsageError(f"--model {model_dir}: cannot load a sequence classifier and its tokenizer ({first})") \
+            from None
     if dtype is not None:
         model = model.to(resolve_dtype(dtype))
-    return model.eval(), AutoTokenizer.from_pretrained(model_dir)
+    return model.eval(), tokenizer
 
 
 def _report_trial(row: dict[str, Any]) -> None:
@@ -354,22 +408,27 @@ def _report_trial(row: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.trials < 1:
-        parser.error(f"--trials must be >= 1, got {args.trials}")
-    if not all(0.0 < b <= 1.0 for b in args.ber):
-        parser.error(f"--ber values must be in (0, 1] (the clean model is always evaluated), got {args.ber}")
+    """``hfbert robustness``; bad settings or input: one line on stderr, exit status 2."""
+    args = CommandParser("hfbert robustness", RobustnessArguments, description=(
+        "Evaluate a fine-tuned sequence classifier under increasing bit error rates.")).parse(
+        _split_commas(list(sys.argv[1:] if argv is None else argv)))
+    return run_command("hfbert robustness", lambda: _study(args))
+
+
+def _study(args: RobustnessArguments) -> int:
     model, tokenizer = _load_model(args.model, args.dtype, eager="attention_probs" in args.sites)
     texts, pairs, labels = load_examples(args.data, args.text_column, args.label_column,
                                          text_pair_column=args.text_pair_column,
                                          label2id=getattr(model.config, "label2id", None),
                                          max_examples=args.max_examples)
     batches = encode_batches(tokenizer, texts, pairs, batch_size=args.batch_size, max_length=args.max_length)
-    clean, rows = run_study(model, batches, labels, bers=args.ber, sites=args.sites, bit_classes=args.bits,
-                            trials=args.trials, seed=args.seed, target=args.target, progress=_report_trial)
+    try:
+        clean, rows = run_study(model, batches, labels, bers=args.ber, sites=args.sites, bit_classes=args.bits,
+                                trials=args.trials, seed=args.seed, target=args.target, progress=_report_trial)
+    except ValueError as err:  # an unknown site or bit class, named by the fault injector
+        raise UsageError(str(err)) from None
     summary = summarise(rows)
-    settings = dict(vars(args))
+    settings = dataclasses.asdict(args)
     settings["n_examples"] = len(labels)
     settings["model_class"] = type(model).__name__
     settings["dtype_used"] = str(next(model.parameters()).dtype).removeprefix("torch.")

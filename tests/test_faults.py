@@ -350,9 +350,53 @@ def test_robustness_cli_writes_table_json_and_plot(classifier_dir, tmp_path, cap
     assert "clean: accuracy" in capsys.readouterr().out
 
 
-def test_robustness_cli_rejects_bad_rates(classifier_dir, tmp_path):
+def test_robustness_cli_rejects_bad_settings_in_one_line(classifier_dir, tmp_path, capsys):
     model_dir, data = classifier_dir
-    with pytest.raises(SystemExit):
-        robustness_main(["--model", str(model_dir), "--data", str(data), "--ber", "2.0", "--output", str(tmp_path)])
-    with pytest.raises(SystemExit):
-        robustness_main(["--model", str(model_dir), "--data", str(data), "--ber", "x", "--output", str(tmp_path)])
+    base = ["--model", str(model_dir), "--data", str(data), "--output", str(tmp_path / "out")]
+    for extra, message in ((["--ber", "2.0"], "--ber values must be in (0, 1]"),
+                           (["--ber", "1e-3,x"], "argument --ber: invalid float value: 'x'"),
+                           (["--trials", "0"], "--trials must be >= 1, got 0"),
+                           (["--sites", ","], "argument --sites: expected at least one argument")):
+        with pytest.raises(SystemExit) as exc:
+            robustness_main([*base, *extra])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("hfbert robustness: error: ") and message in err and err.count("\n") == 1, err
+    with pytest.raises(SystemExit) as exc:
+        robustness_main(["--model", str(tmp_path / "no-such-model"), "--data", str(data), "--output", str(tmp_path)])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == f"hfbert robustness: error: --model {tmp_path / 'no-such-model'}: no such folder\n"
+    assert not (tmp_path / "out").exists()  # nothing was written
+
+
+def test_robustness_cli_names_a_missing_column_in_one_line(classifier_dir, tmp_path, capsys):
+    model_dir, data = classifier_dir
+    base = ["--model", str(model_dir), "--data", str(data), "--output", str(tmp_path / "out"), "--trials", "1"]
+    for spelling in ("--text-column", "--text_column"):
+        assert robustness_main([*base, spelling, "sentence"]) == 2
+        assert capsys.readouterr().err == (f"hfbert robustness: error: {data}:1 has no column 'sentence' "
+                                           "(columns: ['label', 'text'])\n")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "good film", "label": 1}\n{"text": "dull"\n')
+    assert robustness_main([*base, "--data", str(bad)]) == 2
+    assert capsys.readouterr().err.startswith(f"hfbert robustness: error: {bad}:2 is not a JSON line")
+    assert not (tmp_path / "out").exists()
+
+
+def test_error_bars_stay_within_zero_and_one(monkeypatch, tmp_path):
+    from matplotlib.axes import Axes
+
+    from hfbert.robustness import clipped_error_bars, plot_curves
+
+    bars = clipped_error_bars(np.array([0.05, 0.5, 0.97]), np.array([0.2, 0.1, 0.2]))
+    assert np.allclose(bars, [[0.05, 0.1, 0.2], [0.2, 0.1, 0.03]])  # (lower, upper) per point
+    drawn = []
+    errorbar = Axes.errorbar
+    monkeypatch.setattr(Axes, "errorbar", lambda ax, x, y, yerr=None, **kw: drawn.append((y, yerr)) or
+                        errorbar(ax, x, y, yerr=yerr, **kw))
+    summary = [{"site": "head", "bits": "exponent", "ber": ber, "accuracy_mean": mean, "accuracy_std": 0.3}
+               for ber, mean in ((1e-4, 0.9), (1e-3, 0.1))]
+    plot_curves(summary, {"accuracy": 0.95}, tmp_path / "plot.png")
+    (y, yerr), = drawn
+    assert np.all(y - yerr[0] >= 0.0) and np.all(y + yerr[1] <= 1.0)
+    assert np.allclose(yerr, [[0.3, 0.1], [0.1, 0.3]])

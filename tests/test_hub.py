@@ -337,7 +337,7 @@ def test_push_cli_reports_errors_in_one_line(tmp_path, capsys):
     assert err == f"hfbert push: error: cannot push {tmp_path / 'missing'}: no such folder\n"
     (tmp_path / "no-config").mkdir()
     (tmp_path / "no-config" / "x.txt").write_text("x")
-    assert main(["--folder", str(tmp_path / "no-config"), "--repo-id", "user/x"]) == 2  # options work too
+    assert main([str(tmp_path / "no-config"), "user/x", "--repo-type", "model"]) == 2
     assert capsys.readouterr().err.startswith("hfbert push: error: cannot push")
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path), "user/x", "--hub_timeout", "-1"])
