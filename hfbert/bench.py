@@ -69,6 +69,7 @@ import torch
 import transformers
 from transformers import AutoTokenizer
 
+from . import __version__
 from .arguments import CommandParser, UsageError, run_command
 from .configuration_hfbert import HfBertConfig
 from .data import (CHAPTER_HEADING, DataCollatorForBertPretraining, build_pretraining_dataset, split_sentences)
@@ -112,6 +113,11 @@ class BenchArguments:
         default=None,
         metadata={"help": "presets whose pretraining step at lengths up to 128 is also timed under torch.compile, "
                           "for hfbert and for transformers (default: mini,small; with --quick none; 'none': none)"})
+    contenders: str = field(
+        default=",".join(PEERS),
+        metadata={"help": "section a: which of hfbert, transformers, hfbert+compile, transformers+compile run (the "
+                          "compiled ones only for --compile_presets; one alone in a process shows its own memory "
+                          "growth; speed-ups need transformers)"})
     batch_size: int | None = field(
         default=None, metadata={"help": "batch size at every size (default: per preset, fewer rows at longer lengths)"})
     repeats: int = field(default=5, metadata={"help": "timed rounds per comparison (medians reported)"})
@@ -160,6 +166,9 @@ class BenchArguments:
             bad = [p for p in _names(getattr(self, option)) if p not in DEFAULT_BATCH]
             if bad:
                 raise UsageError(f"--{option}: unknown preset(s) {bad}; expected some of {list(DEFAULT_BATCH)}")
+        bad = [c for c in _names(self.contenders) if c not in PEERS]
+        if bad or not _names(self.contenders):
+            raise UsageError(f"--contenders: unknown or no contender(s) {bad}; expected some of {list(PEERS)}")
         if not _names(self.presets):
             raise UsageError("--presets: give at least one preset")
         try:
@@ -192,8 +201,10 @@ class BenchArguments:
             raise UsageError(f"--device must be cpu or cuda, got {self.device!r}")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is available")
-        if self.quick:  # tiny models on a slice of the corpus; compiled contenders only when asked for by name
-            self.presets, self.lengths, self.repeats, self.min_seconds = "mini", "16,32", min(self.repeats, 3), 0.0
+        if self.quick:  # tiny models on a slice of the corpus; compiled contenders only when asked for
+            short = [n for n in lengths if n <= 32]  # lengths asked for that suit a tiny model, else 16 and 32
+            self.lengths = ",".join(map(str, short)) if short else "16,32"
+            self.presets, self.repeats, self.min_seconds = "mini", min(self.repeats, 3), 0.0
             self.long_presets = None
             self.vocab_size = min(self.vocab_size, 500)
         if self.compile_presets is None:
@@ -604,7 +615,8 @@ def _inference_stats(batches: list[dict]) -> dict:
             "width": max(b["input_ids"].shape[1] for b in batches)}
 
 
-def _contender_row(contender: Contender, times: list[float], warmups: list[float], baseline: list[float]) -> dict:
+def _contender_row(contender: Contender, times: list[float], warmups: list[float],
+                   baseline: list[float] | None) -> dict:
     calls = contender.timed(WARMUP_STEPS)
     seconds = statistics.median(times)
     row = {"step_s": seconds, "tokens_per_s": statistics.median(c["tokens"] / t for c, t in zip(calls, times)),
@@ -613,7 +625,7 @@ def _contender_row(contender: Contender, times: list[float], warmups: list[float
     if contender.name.endswith("+compile"):
         row["compile_s"] = max(0.0, sum(warmups) - len(warmups) * seconds)
         row["graphs_compiled_warmup"], row["graphs_compiled_timed"] = contender.graphs(WARMUP_STEPS)
-    if contender.name != BASELINE:
+    if contender.name != BASELINE and baseline is not None:
         row["speedup"] = paired_speedup(baseline, times)
         row["speedup_of_medians"] = _ratio(statistics.median(baseline), seconds)
     return row
@@ -623,10 +635,16 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
                       device: torch.device, compiled: bool) -> dict:
     config = model_config(preset, args.vocab_size, args.quick)
     hf, tf = twins(HfBertForPreTraining, transformers.BertForPreTraining, config, device, args.seed)
-    models = {"hfbert": hf, "transformers": tf}
+    wanted = _names(args.contenders)
+    models = {name: model for name, model in (("hfbert", hf), ("transformers", tf)) if name in wanted}
     if compiled:  # their own copies (same initial weights), so each optimizer moves only its contender's weights
-        models["hfbert+compile"] = torch.compile(copy.deepcopy(hf))
-        models["transformers+compile"] = torch.compile(copy.deepcopy(tf))
+        for name, model in (("hfbert+compile", hf), ("transformers+compile", tf)):
+            if name in wanted:
+                models[name] = torch.compile(copy.deepcopy(model))
+    del hf, tf
+    if not models:
+        raise UsageError(f"--contenders {args.contenders}: none of them runs for {preset} (compiled contenders "
+                         "run only for --compile_presets)")
     # The same optimizer on every side; the fused kernel is the fastest torch offers on CPU and CUDA alike.
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True) for name, model in models.items()}
 
@@ -642,7 +660,7 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
     stream = BatchStream(pretraining_draw(corpus, length, batch_size, args), models, args.repeated_inputs)
     contenders = {name: Contender(name, partial(step, name), stream, device, _pretraining_stats) for name in models}
     times, warmups = alternate(contenders, args.repeats, warmup=WARMUP_STEPS, min_seconds=args.min_seconds)
-    calls = contenders[BASELINE].timed(WARMUP_STEPS)
+    calls = next(iter(contenders.values())).timed(WARMUP_STEPS)
     result = {"preset": preset, "length": length, "batch_size": batch_size,
               "inputs": "repeated" if args.repeated_inputs else "changing", "steps": len(calls),
               "tokens_per_batch": statistics.mean(c["tokens"] for c in calls),
@@ -650,7 +668,7 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
               "supervised_per_batch": statistics.mean(c["supervised"] for c in calls),
               "widths": sorted({c["width"] for c in calls}), "contenders": list(models)}
     for name, contender in contenders.items():
-        result[name] = _contender_row(contender, times[name], warmups[name], times[BASELINE])
+        result[name] = _contender_row(contender, times[name], warmups[name], times.get(BASELINE))
         if device.type == "cuda" and args.peak_tflops:
             flops = sum(train_flops(config, c["tokens"], c["width"], c["rows"], c["supervised"],
                                     vocab_logits_everywhere=name.startswith("transformers"))
@@ -660,8 +678,9 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
         _, batch = stream.next(name)
         resident = (getattr(model, "_orig_mod", model), optimizers[name])
         result[name]["peak_memory_mb"] = _mb(peak_memory(partial(step, name, _to(batch, device)), device, *resident))
-    result["speedup"] = result["hfbert"]["speedup"]
-    result["memory_ratio"] = _ratio(result["hfbert"]["peak_memory_mb"], result["transformers"]["peak_memory_mb"])
+    if "hfbert" in models and BASELINE in models:
+        result["speedup"] = result["hfbert"]["speedup"]
+        result["memory_ratio"] = _ratio(result["hfbert"]["peak_memory_mb"], result[BASELINE]["peak_memory_mb"])
     result["process_peak_rss_mb"] = _mb(peak_resident_bytes())
     del models, optimizers, contenders, stream
     return result
@@ -778,7 +797,8 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    return {"nproc": os.cpu_count(), "cpu": model, "torch": torch.__version__, "transformers": transformers.__version__,
+    return {"hfbert": __version__, "nproc": os.cpu_count(), "cpu": model, "torch": torch.__version__,
+            "transformers": transformers.__version__,
             "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
             "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 

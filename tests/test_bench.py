@@ -68,6 +68,13 @@ def test_repeated_inputs_really_repeat(tmp_path):
     assert "one batch repeated" in bench.render(report)
 
 
+def test_one_contender_alone_in_a_process(tmp_path):
+    report = _quick(tmp_path, "--sections", "a", "--contenders", "hfbert", "--lengths", "16")
+    (row,) = report["pretraining"]
+    assert row["contenders"] == ["hfbert"] and "transformers" not in row and "speedup" not in row["hfbert"]
+    assert row["hfbert"]["rss_end_mb"] > 0 and "| hfbert |" in bench.render(report)
+
+
 def test_compiled_contenders_are_peer_rows_with_their_compile_time(tmp_path, monkeypatch):
     """The wiring of the compiled rows (a real compile takes minutes on a small CPU: that is measured in the docs,
     not in the test suite). The stand-in for torch.compile is slow on its first two calls, as a compile is."""
