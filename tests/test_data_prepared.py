@@ -160,6 +160,21 @@ def test_dynamic_whole_word_masking_keeps_word_starts(austen, en_tok, tmp_path):
         assert en_tok.mask_token_id not in row["input_ids"]
 
 
+def test_a_dataset_is_cut_by_rows_and_gives_the_same_rows_as_its_documents(en_tok, tmp_path):
+    from datasets import Dataset
+
+    documents = [[f"Sentence {s} of document {d} is here." for s in range(3 + d % 4)] for d in range(60)]
+    settings = dict(num_shards=3, dupe_factor=1, eval_fraction=0.2, pool_size=4, seed=3, max_seq_length=32)
+    from_list = prepare_corpus(documents, tmp_path / "list", tokenizer=en_tok, **settings)
+    from_dataset = prepare_corpus(Dataset.from_dict({"sentences": documents}), tmp_path / "ds", tokenizer=en_tok,
+                                  **settings)
+    shards = lambda folder: {k: v for k, v in folder_bytes(folder).items() if k.startswith("data/")}  # noqa: E731
+    assert shards(from_list) == shards(from_dataset)
+    corpus = PreparedCorpus.open(from_dataset)
+    assert corpus.manifest["input"] == {"dataset": "dataset", "rows": 60, "column": "sentences"}
+    assert corpus.manifest["report"]["documents"]["used"] == 60
+
+
 def test_held_out_rule_is_per_document():
     documents = [[f"sentence {i} of document {d}." for i in range(3)] for d in range(2000)]
     chosen = [held_out(d, 7, 0.1) for d in documents]
