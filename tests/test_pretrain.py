@@ -429,7 +429,8 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(prepared, tmp
     config_file = write_config(tmp_path / "run.json", settings([prepared[64]], output_dir))
     assert main(["--config", str(config_file)]) == 1
     message = capsys.readouterr().err
-    assert "the training loss became nan at step 5" in message and "checkpoint-00000004" in message
+    # checkpoint 4 holds the weights that computed step 5's loss: the last good one is 2
+    assert "the training loss became nan at step 5" in message and "checkpoint-00000002" in message
     assert latest_checkpoint(output_dir).name == "checkpoint-00000004"
     assert not (output_dir / "model.safetensors").exists()  # no export of a diverged model
     monkeypatch.setattr(hfbert.HfBertForPreTraining, "forward", forward)

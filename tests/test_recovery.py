@@ -16,15 +16,19 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from hub_server import allow_hub_calls, silent_server  # noqa: F401
+from huggingface_hub import constants
 from safetensors.torch import load_file
 
 import hfbert.optim
 import hfbert.pretrain.loop as loop
 from hfbert.data import prepare_corpus
+from hfbert.hub import HubPushError
 from hfbert.pretrain import TrainingDivergedError, main, pretrain
 from hfbert.pretrain import checkpointing
 from hfbert.pretrain.checkpointing import (
@@ -212,3 +216,208 @@ def test_the_last_good_checkpoint_is_before_the_weights_that_went_wrong(tmp_path
     assert last_good_checkpoint(tmp_path, 9, factor=None).name == "checkpoint-00000006"
     assert last_good_checkpoint(tmp_path, 5, factor=4.0).name == "checkpoint-00000002"  # 4 computed step 5's loss
     assert last_good_checkpoint(tmp_path, 3, factor=4.0) is None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Real runs
+
+TINY_MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Bitwise comparisons between this process and a subprocess need the same (single-threaded) kernels."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    """The first 400 lines of the shipped corpus (nine chapters), prepared once at length 64."""
+    root = tmp_path_factory.mktemp("recovery-corpus")
+    with gzip.open(BUILTIN_CORPUS, "rt", encoding="utf-8") as handle:
+        (root / "austen_head.txt").write_text("".join(next(handle) for _ in range(400)), encoding="utf-8")
+    return prepare_corpus([str(root / "austen_head.txt")], root / "prepared", vocab_size=400, max_seq_length=64,
+                          input_layout="paragraphs", document_boundary="chapter", eval_fraction=0.2, seed=42,
+                          masking="dynamic")
+
+
+def settings(prepared: Path, output_dir: Path, **overrides) -> dict:
+    values = {
+        "prepared": [str(prepared)], "preset": "tiny", "model": dict(TINY_MODEL), "batch_size": 8,
+        "max_seq_length": 64, "max_steps": 8, "logging_steps": 1, "eval_steps": 8, "save_steps": 1, "keep_last": 3,
+        "max_time_minutes": None, "max_eval_examples": 24, "progress_bar": False, "report_to": ["jsonl"],
+        "output_dir": str(output_dir), "fill_mask_text": "She was [MASK] happy.",
+    }
+    return {**values, **overrides}
+
+
+def write_config(path: Path, values: dict) -> Path:
+    path.write_text(json.dumps(values), encoding="utf-8")
+    return path
+
+
+def break_the_schedule(monkeypatch, from_step: int, factor: float = 4e4) -> None:
+    """From optimizer step ``from_step`` on, the learning rate is ``factor`` times what the schedule says: the
+    update of that step is enormous, so the loss of the next one goes wrong. A lower learning_rate fixes it."""
+    multiplier = hfbert.optim.LinearWarmupDecay.__call__
+
+    def broken(self, step: int) -> float:  # ``step`` optimizer steps done: the rate of step ``step + 1``
+        return multiplier(self, step) * (factor if step + 1 >= from_step else 1.0)
+
+    monkeypatch.setattr(hfbert.optim.LinearWarmupDecay, "__call__", broken)
+
+
+def printed_command(message: str) -> list[str]:
+    (line,) = [line for line in message.splitlines() if line.strip().startswith("hfbert pretrain ")]
+    words = shlex.split(line)
+    assert words[:2] == ["hfbert", "pretrain"]
+    return words[2:]
+
+
+def test_a_diverging_run_recovers_with_a_lower_learning_rate_through_the_documented_path(prepared, tmp_path,
+                                                                                       monkeypatch, capsys):
+    out = tmp_path / "run"
+    break_the_schedule(monkeypatch, from_step=5)  # step 5's update blows the weights up: step 6's loss spikes
+    assert main(["--config", str(write_config(tmp_path / "run.json", settings(prepared, out)))]) == 1
+    message = capsys.readouterr().err
+    assert "at step 6; stopped before updating the weights" in message
+    # checkpoint 5 holds the weights that produced step 6's loss: the last good one is 4
+    assert f"The last good checkpoint is {out / 'checkpoint-00000004'}." in message
+    command = printed_command(message)
+    assert command == ["--config", str(out / "pretrain_config.json"), "--resume_from", "checkpoint-00000004",
+                       "--resume_with_changes", "learning_rate", "--learning_rate", "0.000125"]
+    assert [s for s, _ in list_checkpoints(out)] == [3, 4, 5] and not (out / "model.safetensors").exists()
+
+    # A changed learning rate without the flag is refused, naming the flag.
+    assert main(["--config", str(out / "pretrain_config.json"), "--resume", "--learning_rate", "1e-6"]) == 2
+    assert ("learning_rate (0.0005 -> 1e-06); to resume with it changed, add --resume_with_changes learning_rate"
+            in capsys.readouterr().err)
+
+    # The printed command works; a quarter of the rate is not low enough for this schedule, and says so again.
+    assert main(command) == 1
+    again = capsys.readouterr().err
+    assert f"The last good checkpoint is {out / 'checkpoint-00000004'}." in again and "at step 6" in again
+    # A rate low enough recovers: the run finishes from checkpoint 4.
+    assert main([*command[:-1], "5e-08"]) == 0
+    capsys.readouterr()
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["step"] == 8 and (out / "model.safetensors").is_file()
+    change = {"learning_rate": {"from": 0.0005, "to": 5e-08}}
+    history = read_state(out / "checkpoint-00000008")["history"]
+    assert [{k: v for k, v in entry.items() if k != "diverged"} for entry in history] == [
+        {"step": 4, "checkpoint": "checkpoint-00000004", "changed": change}]
+    assert history[0]["diverged"]["step"] == 6 and history[0]["diverged"]["reason"].startswith("the training loss")
+    assert [s for s, _ in list_checkpoints(out)] == [6, 7, 8]  # the abandoned trajectory's 5 is gone
+    records = read_jsonl(out / "runs" / "metrics.jsonl")
+    events = [r for r in records if "event" in r]
+    assert [(r["step"], r["event"], r["changed"]) for r in events] == [(4, "resumed", change)]  # one, this one
+    assert [r["step"] for r in records if "loss" in r] == list(range(1, 9))
+    rates = {r["step"]: r["learning_rate"] for r in records if "learning_rate" in r}
+    def schedule(done: int) -> float:  # one warmup step, linear decay to 0 at step 8 (LinearWarmupDecay(1, 8))
+        return (8 - done) / 7
+
+    assert rates[3] == pytest.approx(5e-4 * schedule(3))  # logged after step 3: the rate of step 4
+    assert rates[6] == pytest.approx(5e-8 * 4e4 * schedule(6))  # the new peak through the same broken schedule
+    assert json.loads((out / "pretrain_config.json").read_text())["learning_rate"] == 5e-4  # as the run started
+
+    # Resuming the recovered run again compares with its settings as of the checkpoint, not as it started.
+    started = json.loads((out / "pretrain_config.json").read_text())
+    with pytest.raises(ConfigError, match=r"as of checkpoint-00000008: learning_rate \(5e-08 -> 0\.0005\)"):
+        check_resume(PretrainConfig.from_dict({**started, "resume": True}), out / "pretrain_config.json")
+    check_resume(PretrainConfig.from_dict({**started, "resume": True, "learning_rate": 5e-8}),
+                 out / "pretrain_config.json")
+    with pytest.raises(ConfigError, match="resume_with_changes: batch_size cannot change on resume"):
+        check_resume(PretrainConfig.from_dict({**started, "resume_with_changes": ["batch_size"]}),
+                     out / "pretrain_config.json")
+    with pytest.raises(ConfigError, match=r"resume_from: there is no .*checkpoint-00000002 \(complete checkpoints: "
+                                          r"checkpoint-00000006, checkpoint-00000007, checkpoint-00000008\)"):
+        check_resume(PretrainConfig.from_dict({**started, "resume_from": "checkpoint-00000002"}),
+                     out / "pretrain_config.json")
+    assert RECOVERY_CHANGES >= {"learning_rate", "warmup_ratio", "mixed_precision", "max_grad_norm"}
+
+
+def test_a_divergence_before_any_good_checkpoint_says_to_start_over(prepared, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    break_the_schedule(monkeypatch, from_step=2)  # step 3's loss goes wrong; checkpoint 2 holds its weights
+    config = PretrainConfig.from_dict(settings(prepared, out, save_steps=2))
+    with pytest.raises(TrainingDivergedError) as caught:
+        pretrain(config)
+    message = str(caught.value)
+    assert "at step 3; stopped before updating the weights. No checkpoint from before the loss went wrong is left " \
+           "(checkpoint-00000002: the weights that produced it)" in message
+    assert "--resume" not in message and "last good checkpoint" not in message
+    command = printed_command(message)
+    assert command == ["--config", str(out / "pretrain_config.json"), "--overwrite_output_dir", "true",
+                       "--learning_rate", "0.000125"]
+    loop.preflight(loop.command_parser().parse_values(command))  # the command is accepted as it stands
+    diverged = [r for r in read_jsonl(out / "runs" / "metrics.jsonl") if r.get("event") == "diverged"]
+    assert [r["step"] for r in diverged] == [3]
+
+
+def test_the_loss_window_is_resumed_exactly(prepared, tmp_path):
+    """A resumed run watches the same window as an uninterrupted one (it is in the checkpoint)."""
+    out = tmp_path / "run"
+    pretrain(PretrainConfig.from_dict(settings(prepared, out, max_steps=4, save_steps=2, loss_spike_window=3)))
+    two, four = (read_state(out / f"checkpoint-{s:08d}")["recent_losses"] for s in (2, 4))
+    losses = [r["loss"] for r in read_jsonl(out / "runs" / "metrics.jsonl") if "loss" in r]
+    assert two == pytest.approx(losses[:2]) and four == pytest.approx(losses[1:4])  # logged every step
+
+
+KILL_WHILE_PRUNING = """
+    import os, signal, sys, torch
+    torch.set_num_threads(1)
+    import hfbert.pretrain.checkpointing as checkpointing
+    from hfbert.pretrain import main
+
+    def die(point):
+        if point == sys.argv[2] and os.path.isdir(os.path.join(sys.argv[3], "checkpoint-00000006")):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    checkpointing._crash_hook = die
+    sys.exit(main(["--config", sys.argv[1]]))
+"""
+
+
+@pytest.fixture(scope="module")
+def straight(prepared, tmp_path_factory) -> Path:
+    """An uninterrupted run of the settings the kill tests use."""
+    out = tmp_path_factory.mktemp("straight")
+    pretrain(PretrainConfig.from_dict(settings(prepared, out, save_steps=2, keep_last=2)))
+    return out
+
+
+@pytest.mark.parametrize("point", ["published", "deleting"])
+def test_sigkill_during_save_and_prune_then_resume_keeps_keep_last_and_is_exact(prepared, straight, tmp_path, point):
+    out = tmp_path / "killed"
+    config_file = write_config(tmp_path / "run.json", settings(prepared, out, save_steps=2, keep_last=2))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    killed = subprocess.run([sys.executable, "-c", textwrap.dedent(KILL_WHILE_PRUNING), str(config_file), point,
+                             str(out)], capture_output=True, text=True, timeout=300, env=env)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    # killed while checkpoint 6 was being saved: 2, 4, 6 complete after "published"; 2 half-deleted after "deleting"
+    assert [s for s, _ in list_checkpoints(out)] == ([2, 4, 6] if point == "published" else [4, 6])
+    assert (out / "checkpoint-00000002.deleting").is_dir() == (point == "deleting")
+
+    pretrain(PretrainConfig.from_dict(settings(prepared, out, save_steps=2, keep_last=2, resume=True)))
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-00000006", "checkpoint-00000008"]
+    left, right = load_file(straight / "model.safetensors"), load_file(out / "model.safetensors")
+    assert all(torch.equal(left[name], right[name]) for name in left)
+
+
+def test_pretrain_push_to_a_silent_hub_fails_within_the_timeout(prepared, tmp_path, monkeypatch, silent_server):
+    allow_hub_calls(monkeypatch)
+    monkeypatch.setattr(constants, "ENDPOINT", silent_server.url)
+    monkeypatch.setenv("HF_TOKEN", "hf_write_token")
+    out = tmp_path / "run"
+    config = PretrainConfig.from_dict(settings(prepared, out, max_steps=2, save_steps=2, push_to_hub="user/tiny",
+                                               hub_timeout=1.0))
+    with pytest.raises(HubPushError, match=rf"the Hub at {re.escape(silent_server.url)} did not answer within 1 s "
+                                           r"while pushing user/tiny .*Nothing was changed in"):
+        started = time.monotonic()
+        pretrain(config)
+    assert time.monotonic() - started < 60  # training, export, and one second of waiting for the Hub
+    assert (out / "model.safetensors").is_file() and (out / "checkpoint-00000002").is_dir()

@@ -27,7 +27,8 @@ __all__ = ["ConfigError", "PretrainConfig", "Phase", "command_parser", "load_con
 RESUMABLE_CHANGES = frozenset({
     "resume", "max_time_minutes", "keep_last", "save_steps", "eval_steps", "logging_steps", "push_to_hub",
     "hub_revision", "fill_mask_text", "progress_bar", "report_to", "output_dir", "overwrite_output_dir",
-    "max_eval_examples", "eval_batch_size",
+    "max_eval_examples", "eval_batch_size", "resume_from", "resume_with_changes", "loss_spike_factor",
+    "loss_spike_window", "hub_timeout",
 })
 
 DEFAULT_FILL_MASK_TEXT = (
@@ -119,13 +120,27 @@ class PretrainConfig:
     output_dir: str = _setting("out/hfbert-mini-austen", "folder of the run: checkpoints, logs, the exported model")
     resume: bool = _setting(False, "continue from the latest checkpoint in output_dir")
     overwrite_output_dir: bool = _setting(False, "start over in an output_dir that holds a previous run")
+    resume_from: str | None = _setting(
+        None, "resume from this checkpoint of output_dir (e.g. checkpoint-00000400) instead of the latest; the later "
+              "ones are deleted (implies --resume)")
+    resume_with_changes: list[str] | None = _setting(
+        None, "settings allowed to differ from the run on resume, to recover from a divergence: learning_rate, "
+              "warmup_ratio, warmup_steps, mixed_precision, max_grad_norm, weight_decay, adam_beta1, adam_beta2, "
+              "adam_epsilon; each change is recorded in the run's history")
+    loss_spike_factor: float | None = _setting(
+        4.0, "stop as diverged when a step's loss exceeds this multiple of the median of the last loss_spike_window "
+             "steps (null: stop on NaN/inf only)")
+    loss_spike_window: int = _setting(100, "steps whose median loss_spike_factor compares with")
     # -- export
     push_to_hub: str | None = _setting(None, "repository id to upload the finished folder to")
     hub_revision: str | None = _setting(None, "branch to push to (created when missing)")
+    hub_timeout: float | None = _setting(
+        None, "seconds to wait for the Hub to connect or answer (default: $HFBERT_HUB_TIMEOUT, else 60)")
     fill_mask_text: str = _setting(DEFAULT_FILL_MASK_TEXT, "a sentence with [MASK] to try the trained model on")
 
     def __post_init__(self) -> None:
         _check_types(self)
+        self.resume = self.resume or self.resume_from is not None  # choosing a checkpoint is resuming
         _check_values(self)
         resolve_phases(self)  # validates the phase list
 
@@ -226,6 +241,10 @@ def _check_values(c: PretrainConfig) -> None:
                  "gradient_accumulation_steps", "logging_steps", "eval_steps", "eval_batch_size", "save_steps",
                  "keep_last"):
         _require(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
+    _require(c.loss_spike_factor is None or c.loss_spike_factor > 1,
+             f"loss_spike_factor must be > 1 (or null: stop on NaN/inf only), got {c.loss_spike_factor}")
+    _require(c.loss_spike_window >= 1, f"loss_spike_window must be >= 1, got {c.loss_spike_window}")
+    _require(c.hub_timeout is None or c.hub_timeout > 0, f"hub_timeout must be > 0 seconds, got {c.hub_timeout}")
     _require(c.dupe_factor is None or c.dupe_factor >= 1, f"dupe_factor must be >= 1, got {c.dupe_factor}")
     _require(c.seed >= 0, f"seed must be >= 0, got {c.seed}")
     unknown_trackers = sorted(set(c.report_to) - {"jsonl", "tensorboard"})

@@ -27,7 +27,6 @@ import contextlib
 import importlib.util
 import inspect
 import json
-import math
 import os
 import shutil
 import sys
@@ -49,9 +48,10 @@ from ..hub import DEFAULT_IGNORE_PATTERNS, push_to_hub
 from ..modelcard import write_pretrained_card
 from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
-from .checkpointing import latest_checkpoint, list_checkpoints, load_checkpoint, remove_incomplete, save_checkpoint
-from .config import RESUMABLE_CHANGES, ConfigError, Phase, PretrainConfig, command_parser, resolve_phases
+from .checkpointing import list_checkpoints, save_checkpoint
+from .config import ConfigError, Phase, PretrainConfig, command_parser, resolve_phases
 from .data import PREPARED_DIR, BatchPlan, TrainingData, check_sources, collate, load_training_data
+from .recovery import LossWatch, check_resume, diverged_message, prepare_output_dir, record_divergence, resume_run
 from .tracking import JsonlTracker, read_jsonl
 
 __all__ = ["PretrainResult", "TrainingDivergedError", "main", "pretrain", "preflight"]
@@ -68,7 +68,8 @@ _STATS = ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "mlm_total", "nsp_corre
 
 
 class TrainingDivergedError(RuntimeError):
-    """The loss became NaN or infinite; the weights of that step were not updated."""
+    """The loss became NaN or infinite, or spiked; the weights of that step were not updated. The message names
+    the last good checkpoint and the command that resumes from it with a lower learning rate."""
 
 
 @dataclass
@@ -87,6 +88,8 @@ class LoopState:
     window_seconds: float = 0.0
     tokens_seen: int = 0
     train_seconds: float = 0.0  # summed over every invocation of the run
+    recent_losses: list[float] = field(default_factory=list)  # the window the divergence check compares with
+    history: list[dict] = field(default_factory=list)  # resumes with changed settings (hfbert.pretrain.recovery)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -114,16 +117,7 @@ def _check_writable(output_dir: Path) -> None:
 def _check_resume(config: PretrainConfig, output_dir: Path) -> None:
     existing = _existing_run(output_dir)
     if config.resume:
-        if latest_checkpoint(output_dir) is None:
-            raise ConfigError(f"resume: there is no complete checkpoint in {output_dir}")
-        saved = json.loads((output_dir / CONFIG_FILE).read_text(encoding="utf-8"))
-        current = config.to_dict()
-        changed = sorted(k for k in current if k not in RESUMABLE_CHANGES and saved.get(k) != current[k])
-        if changed:
-            raise ConfigError(
-                f"resume: these settings differ from the run in {output_dir}: "
-                + ", ".join(f"{k} ({saved.get(k)!r} -> {current[k]!r})" for k in changed)
-            )
+        check_resume(config, output_dir / CONFIG_FILE)
     elif existing and not config.overwrite_output_dir:
         raise ConfigError(
             f"output_dir {output_dir} already holds a run ({', '.join(existing[:4])}); pass --resume to continue it "
@@ -163,7 +157,7 @@ def _start_output_dir(config: PretrainConfig, accelerator) -> None:
     """Clear what a previous run left (when overwriting, or a half-written checkpoint)."""
     output_dir = Path(config.output_dir)
     if accelerator.is_main_process:
-        remove_incomplete(output_dir)
+        prepare_output_dir(config)  # what a crash left; with resume_from, the checkpoints after it
         if not config.resume:
             for _, path in list_checkpoints(output_dir):
                 shutil.rmtree(path)
@@ -225,6 +219,7 @@ class _Loop:
         self.last_saved = state.step
         self.clock = _Clock(state.train_seconds)
         self.last_evaluation: tuple[int, dict] = (-1, {})
+        self.watch = LossWatch(state.recent_losses, config.loss_spike_factor, config.loss_spike_window)
 
     def phase_at(self, step: int) -> Phase:
         return next(p for p in self.phases if p.first_step <= step < p.first_step + p.steps)
@@ -292,9 +287,11 @@ class _Loop:
         totals = accelerator.reduce(totals.to(accelerator.device), reduction="sum").cpu()
         stats = dict(zip(_STATS, totals.tolist()))
         loss = stats["mlm_loss_sum"] / max(stats["mlm_total"], 1.0) + stats["nsp_loss_sum"] / stats["nsp_total"]
-        if not math.isfinite(loss):
+        problem = self.watch.problem(loss)
+        if problem is not None:
             self.optimizer.zero_grad(set_to_none=True)
-            raise TrainingDivergedError(self._diverged_message(loss, step + 1))
+            raise TrainingDivergedError(self._diverged_message(problem, loss, step + 1))
+        self.watch.add(loss)
         if config.max_grad_norm > 0:
             accelerator.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
         self.optimizer.step()
@@ -311,11 +308,10 @@ class _Loop:
         batch = collate(self.data.collators[length], examples, plan.mask_seed(micro, rank))
         return {name: tensor.to(self.accelerator.device) for name, tensor in batch.items()}
 
-    def _diverged_message(self, loss: float, step: int) -> str:
-        latest = latest_checkpoint(self.output_dir)
-        where = f"the last good checkpoint is {latest}" if latest else "no checkpoint had been written yet"
-        return (f"the training loss became {loss} at step {step}; stopped before updating the weights, and "
-                f"{where}. Resume from it with a lower learning_rate (or fp32) to continue.")
+    def _diverged_message(self, problem: str, loss: float, step: int) -> str:
+        if self.accelerator.is_main_process:
+            record_divergence(self.output_dir / LOG_FILE, step, loss, problem)
+        return diverged_message(self.config, step, problem, self.output_dir / CONFIG_FILE)
 
     def log_window(self) -> float:
         """Log the averages over the steps since the last log line; returns the mean loss."""
@@ -421,14 +417,13 @@ def _batch_stats(outputs, batch: dict[str, torch.Tensor], num_items: float | Non
 # The job
 
 
-def _resume(config: PretrainConfig, accelerator) -> LoopState:
-    """Load the latest checkpoint and cut the log back to its step (lines a killed run wrote after it)."""
-    path = latest_checkpoint(config.output_dir)
-    saved = load_checkpoint(accelerator, path)
+def _resume(config: PretrainConfig, accelerator, optimizer, scheduler) -> LoopState:
+    """Load the latest (or the chosen) checkpoint, apply the settings changed for recovery, and cut the log back to
+    its step (lines a killed run wrote after it); see :mod:`~hfbert.pretrain.recovery`."""
+    output_dir = Path(config.output_dir)
+    path, saved = resume_run(config, accelerator, optimizer, scheduler, config_path=output_dir / CONFIG_FILE,
+                             log_path=output_dir / LOG_FILE)
     state = LoopState(**{k: v for k, v in saved.items() if k in LoopState.__dataclass_fields__})
-    if accelerator.is_main_process:
-        JsonlTracker.truncate_after(Path(config.output_dir) / LOG_FILE, state.step)
-    accelerator.wait_for_everyone()
     accelerator.print(f"resumed from {path} at step {state.step}")
     return state
 
@@ -457,7 +452,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     # The schedule is stepped here once per optimizer step; accelerate's wrapper would step it once per process.
     accelerator.register_for_checkpointing(scheduler)
     set_seed(config.seed + accelerator.process_index)  # dropout differs between processes, not between starts
-    state = _resume(config, accelerator) if config.resume else LoopState()
+    state = _resume(config, accelerator, optimizer, scheduler) if config.resume else LoopState()
     accelerator.init_trackers("hfbert-pretrain", config=_tracker_config(config, data))
     loop = _Loop(config, accelerator, model, optimizer, scheduler, data, phases, state)
     try:
@@ -532,7 +527,8 @@ def plot_curve(records: list[dict], path: Path, baselines: dict | None = None) -
 def _push(config: PretrainConfig) -> None:
     result = push_to_hub(config.output_dir, config.push_to_hub, revision=config.hub_revision,
                          commit_message="hfbert pretrain: model, tokenizer, card and metrics",
-                         ignore_patterns=(*DEFAULT_IGNORE_PATTERNS, f"{PREPARED_DIR}/**"))
+                         ignore_patterns=(*DEFAULT_IGNORE_PATTERNS, f"{PREPARED_DIR}/**"),
+                         timeout=config.hub_timeout)
     print(f"pushed to {result.repo_id}@{result.revision}: {result.commit_url}")
 
 

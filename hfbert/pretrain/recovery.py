@@ -26,6 +26,7 @@ stays reproducible. ``pretrain_config.json`` keeps the settings the run started 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shlex
@@ -133,8 +134,8 @@ def diverged_message(config: PretrainConfig, step: int, problem: str, config_pat
     if good is None:
         written = list_checkpoints(output_dir)
         why = ("No checkpoint had been written yet" if not written else
-               f"No checkpoint from before the loss went wrong is left ({', '.join(p.name for _, p in written)} "
-               f"hold the weights that produced it)")
+               f"No checkpoint from before the loss went wrong is left ({', '.join(p.name for _, p in written)}: "
+               f"the weights that produced it)")
         return (f"{head} {why}, so there is nothing good to resume from. Start over with a lower learning rate "
                 f"(and a smaller save_steps than {config.save_steps}, so that a checkpoint is near if it happens "
                 f"again), e.g.:\n  "
@@ -256,8 +257,9 @@ def prepare_output_dir(config: PretrainConfig) -> None:
 
 def _fresh_hyperparameters(optimizer, scheduler) -> dict[str, Any]:
     """The optimizer's group settings and the schedule's state as built from the current settings."""
-    return {"groups": [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups],
-            "schedule": scheduler.state_dict()}
+    return copy.deepcopy({"groups": [{k: v for k, v in group.items() if k != "params"}
+                                     for group in optimizer.param_groups],
+                          "schedule": scheduler.state_dict()})
 
 
 def _apply_changes(changed: dict[str, Any], fresh: dict[str, Any], optimizer, scheduler) -> None:
@@ -285,7 +287,7 @@ def _apply_changes(changed: dict[str, Any], fresh: dict[str, Any], optimizer, sc
 def _rewrite_log(log_path: Path, step: int, record: dict | None) -> None:
     """Cut the log back to ``step`` (lines a run wrote after its checkpoint) and drop resume events from ``step``
     on (attempts that started from this checkpoint and are now abandoned); append ``record``. Atomic."""
-    if not log_path.is_file():
+    if not log_path.is_file() and record is None:
         return
     kept = [r for r in read_jsonl(log_path)
             if r.get("step") is None or (r["step"] <= step and not (r["step"] == step and r.get("event") == RESUMED))]
