@@ -260,7 +260,7 @@ def _check_model_overrides(c: PretrainConfig) -> None:
     if "vocab_size" in c.model:
         raise ConfigError("set the vocabulary size with vocab_size (or tokenizer), not model.vocab_size")
     try:
-        HfBertConfig.from_preset(c.preset, vocab_size=max(c.vocab_size, 16), **c.model)
+        HfBertConfig.from_preset(c.preset, vocab_size=max(c.vocab_size, 16), **c.model).check_values()
     except (TypeError, ValueError) as err:
         raise ConfigError(f"bad model setting (preset {c.preset!r}, model {c.model}): {err}") from None
 

@@ -47,6 +47,8 @@ __all__ = [
 BUILTIN_CORPUS_NAME = "Jane Austen's six novels (public domain, shipped with hfbert)"
 #: Where a job without ``--prepared`` prepares its input, inside ``output_dir`` (one folder per length).
 PREPARED_DIR = "prepared"
+#: Batch widths are rounded up to a multiple of this (see :func:`_collator`).
+PAD_TO_MULTIPLE_OF = 8
 _HELD_OUT_STREAM = 0x686F6C64  # separates the held-out masks' seeds from the training masks'
 # Errors of reading or building data that a user can fix: a missing file, a corrupt shard, an empty input.
 _DATA_ERRORS = (FileNotFoundError, FileExistsError, KeyError, ValueError)
@@ -152,13 +154,18 @@ def _check_data_settings(config: PretrainConfig, corpus: PreparedCorpus) -> None
 
 
 def _collator(corpus: PreparedCorpus, tokenizer) -> DataCollatorForBertPretraining:
-    """Pads (static masks are in the rows) or masks (dynamic) with the settings the folder was built with."""
+    """Pads (static masks are in the rows) or masks (dynamic) with the settings the folder was built with.
+
+    Batches are padded to a multiple of :data:`PAD_TO_MULTIPLE_OF` tokens, so a phase's batches take a few widths
+    instead of every length up to its maximum: allocations of the same few sizes are reused by the allocator
+    (and by kernel caches keyed on shapes) step after step, instead of accumulating blocks of ever new sizes.
+    """
     s = corpus.settings
     return DataCollatorForBertPretraining(
         tokenizer, s["masked_lm_prob"], max_predictions_per_seq=s["max_predictions_per_seq"],
         selection=s.get("selection", "fixed"), whole_word_mask=s["whole_word_mask"],
         wwm_per_word_decision=s.get("wwm_per_word_decision", True),
-        random_token_ids=s.get("random_token_ids", "non_special"))
+        random_token_ids=s.get("random_token_ids", "non_special"), pad_to_multiple_of=PAD_TO_MULTIPLE_OF)
 
 
 def prepare_source(config: PretrainConfig):

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import inspect
 import json
 import os
 import shutil
@@ -37,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 from transformers import pipeline, set_seed
@@ -57,7 +55,6 @@ from .tracking import JsonlTracker, read_jsonl
 __all__ = ["PretrainResult", "TrainingDivergedError", "main", "pretrain", "preflight"]
 
 CONFIG_FILE = "pretrain_config.json"
-_TAKES_NUM_ITEMS = "num_items_in_batch" in inspect.signature(HfBertForPreTraining.forward).parameters
 LOG_FILE = Path("runs") / "metrics.jsonl"
 METRICS_FILE = "metrics.json"
 CURVE_FILE = "loss_curve.png"
@@ -280,7 +277,7 @@ class _Loop:
             # Gradients are all-reduced only on the last micro-batch of the step.
             sync = contextlib.nullcontext() if k == accumulation - 1 else accelerator.no_sync(self.model)
             with sync:
-                outputs = _forward(self.model, batch, num_items)
+                outputs = self.model(**batch, num_items_in_batch=num_items)  # MLM: token sum / num_items
                 accelerator.backward(outputs.mlm_loss + outputs.nsp_loss / accumulation)
             totals += _batch_stats(outputs, batch, num_items)
         totals[_STATS.index("time_up")] = time_up
@@ -383,16 +380,6 @@ class _Clock:
 
     def total(self) -> float:
         return self.earlier + self.this_run()
-
-
-def _forward(model, batch: dict[str, torch.Tensor], num_items: float):
-    """The model on one training micro-batch, its MLM loss the token SUM divided by ``num_items``."""
-    if _TAKES_NUM_ITEMS:
-        return model(**batch, num_items_in_batch=num_items)
-    outputs = model(**batch)
-    targets = batch["labels"][batch["labels"] != IGNORE_INDEX]  # the rows of prediction_logits, row-major
-    outputs.mlm_loss = F.cross_entropy(outputs.prediction_logits.float(), targets, reduction="sum") / num_items
-    return outputs
 
 
 def _batch_stats(outputs, batch: dict[str, torch.Tensor], num_items: float | None = None) -> torch.Tensor:
