@@ -19,7 +19,7 @@ dynamic whole-word masking adds ``word_starts`` (list<int8>).  The validation sp
 :mod:`hfbert.data.engines`; the output is byte-identical for every engine and ``num_proc``);
 :class:`PreparedCorpus` reads it -- a local folder or a Hub dataset repo -- without converting it: a row is
 found from the manifest's rows per shard and the Parquet footer's row groups, and only the row groups that hold
-the requested rows are decoded (memory-mapped files, a small cache of decoded groups), so opening a corpus of
+the requested rows are decoded (read with pread, a small cache of decoded groups), so opening a corpus of
 any size takes the time of reading its footers and memory does not grow with it.  ``datasets.load_dataset(DIR)``
 (also with ``streaming=True``), DuckDB, Spark and the Hub's viewer read the same files.
 """
@@ -538,7 +538,9 @@ class PreparedCorpus:
         if key not in self._files:
             name = self.manifest["splits"][split]["shards"][shard]["file"]
             try:
-                file = pq.ParquetFile(self.path / name, memory_map=True, page_checksum_verification=True)
+                # Read with pread, not mmap: every mapped page a random row touches stays in the process's resident
+                # memory, so a training process reading rows across the corpus would grow towards the corpus's size.
+                file = pq.ParquetFile(self.path / name, memory_map=False, page_checksum_verification=True)
             except (OSError, pa.ArrowException) as err:
                 raise PreparedDataError(f"shard {name} of {self.path} is corrupt: {err}") from None
             groups = [file.metadata.row_group(g).num_rows for g in range(file.metadata.num_row_groups)]
