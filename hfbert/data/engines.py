@@ -9,7 +9,7 @@ same results and any of them may run a task twice (a retry, a worker lost) witho
   fresh *forkserver* process that has imported the build code once (``spawn`` where there is no forkserver),
   never from this process: a fork of a process that already runs the tokenizers' or torch's thread pools can
   deadlock.  Importing hfbert (torch, transformers) costs more than building a small corpus, so the server
-  pays it once per Python session instead of every worker every time.
+  pays it once per Python process instead of every worker every time.
 * ``engine="dask"``: ``dask.distributed``; ``scheduler=ADDRESS`` joins a running cluster, otherwise a
   ``LocalCluster`` of ``num_proc`` single-threaded worker processes is started for the build and closed after it.
   Dask reschedules the tasks of a worker that dies and retries a task that raised (``retries``).
@@ -70,7 +70,7 @@ def _context(function):
     if "forkserver" not in get_all_start_methods():
         return get_context("spawn")
     context = get_context("forkserver")
-    # Takes effect when this Python session starts its forkserver; a server started earlier without it still
+    # Takes effect when this Python process starts its forkserver; a server started earlier without it still
     # works, its workers import the module themselves.
     context.set_forkserver_preload([function.__module__])
     return context
