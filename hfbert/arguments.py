@@ -90,14 +90,17 @@ def _yaml_value(text: str) -> Any:
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows a default only where the help text does not already speak of it, and never ``None``."""
+    """Shows a default only where the help text does not already speak of it, and never ``None``; a ``%`` in a
+    field's help is prose ("5% of the documents"), not an argparse format."""
 
     def _get_help_string(self, action):
         text = action.help or ""
+        if "%(" not in text:
+            text = text.replace("%", "%%")
         if ("default" in text or action.default in (None, argparse.SUPPRESS) or not action.option_strings
-                or isinstance(action, argparse._StoreFalseAction)):
+                or isinstance(action, argparse._StoreFalseAction) or "%(default)" in text):
             return text
-        return super()._get_help_string(action)
+        return text + " (default: %(default)s)"
 
 
 class CommandParser(HfArgumentParser):

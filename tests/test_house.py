@@ -154,7 +154,7 @@ def test_the_example_card_is_the_template_rendered(tmp_path):
 class _Settings:
     source: str = dataclasses.field(metadata={"positional": True, "help": "a folder"})
     corpus: list[str] = dataclasses.field(metadata={"help": "files"})
-    max_seq_length: int = dataclasses.field(default=128, metadata={"help": "tokens"})
+    max_seq_length: int = dataclasses.field(default=128, metadata={"help": "tokens (100% of them)"})
     output_dir: str = dataclasses.field(default="out", metadata={"help": "folder", "aliases": ["--output"]})
     lowercase: bool = dataclasses.field(default=True, metadata={"help": "lower-case"})
     model: dict = dataclasses.field(default_factory=dict, metadata={"help": "overrides"})
@@ -180,6 +180,7 @@ def test_command_parser_spellings_positionals_and_config_files(tmp_path):
     help_text = CommandParser("hfbert demo", _Settings).format_help()
     assert "SOURCE" in help_text and "--output_dir OUTPUT_DIR, --output-dir OUTPUT_DIR, --output" in help_text
     assert "(default: None)" not in help_text and "the same as --lowercase false" in help_text
+    assert "tokens (100% of them) (default: 128)" in " ".join(help_text.split())
 
 
 def test_settings_files_are_type_checked_naming_the_file_and_key(tmp_path):
