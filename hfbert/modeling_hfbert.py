@@ -125,7 +125,9 @@ def eager_attention_forward(module: nn.Module, query, key, value, attention_mask
     if attention_mask is not None:
         scores = scores + attention_mask
     probs = scores.softmax(dim=-1)
-    context = F.dropout(probs, p=dropout, training=module.training) @ value  # (B, N, T, H)
+    # The module's own Dropout (its p is the ``dropout`` the interface passes): a hook on it sees the probabilities,
+    # which is where hfbert.faults injects attention faults, as the original applies dropout to them.
+    context = module.dropout(probs) @ value  # (B, N, T, H)
     return context.transpose(1, 2).contiguous(), probs
 
 
