@@ -81,6 +81,7 @@ def settings(folders, output_dir, **overrides) -> dict:
         "batch_size": 8, "max_seq_length": 64, "max_steps": N, "logging_steps": 1, "eval_steps": 4, "save_steps": 2,
         "keep_last": 3, "max_time_minutes": None, "max_eval_examples": 24, "progress_bar": False,
         "report_to": ["jsonl"], "output_dir": str(output_dir), "fill_mask_text": "She was [MASK] happy.",
+        "mixed_precision": "no",  # fp32: the bitwise and the 1e-4 comparisons
     }
     values.update(overrides)
     return values
