@@ -342,7 +342,7 @@ def test_bad_settings_fail_before_any_work(corpus, tmp_path, capsys):
         (["--document_boundary", "(unclosed"], "is not a regular expression"),
         (["--optimizer", "sgd"], "unknown optimizer 'sgd'"),
         (["--batch_size", "0"], "batch_size must be >= 1"),
-        (["--model", "{hidden_size: 30}"], "not a multiple of the number of attention heads"),
+        (["--model", "{hidden_size: 31}"], "not a multiple of the number of attention heads"),
         (["--phases", "[{max_seq_length: 128, fraction: 0.5}]"], "must sum to 1"),
         (["--tokenizer", str(tmp_path / "nope")], "tokenizer folder not found"),
         (["--learning_rte", "1e-3"], "unrecognized arguments: --learning_rte"),
@@ -588,7 +588,10 @@ def test_default_job_prepares_the_builtin_corpus():
     config = PretrainConfig()
     assert config.input is None and config.dataset is None and config.prepared is None
     assert prepare_source(config) is None and BUILTIN_CORPUS.is_file()  # None: the built-in Austen corpus
-    assert config.preset == "mini" and config.vocab_size == 8000
+    assert config.preset == "tiny" and config.vocab_size == 8000
+    # Short sequences first, then the final length; a one-length run when max_seq_length is given.
+    assert [(p.max_seq_length, p.steps) for p in resolve_phases(config)] == [(32, 1800), (128, 1200)]
+    assert [p.max_seq_length for p in resolve_phases(PretrainConfig(max_seq_length=64))] == [64]
     assert config.max_time_minutes is not None  # the default job is bounded in time
     with pytest.raises(ConfigError, match="either input"):
         PretrainConfig(input=["a.txt"], dataset="b")
