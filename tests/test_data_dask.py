@@ -8,13 +8,13 @@ import threading
 import time
 from pathlib import Path
 
+import distributed  # the optional extra hfbert[distributed]; the test extra installs it
 import pytest
 from datasets.utils.logging import disable_progress_bar
 from transformers import BertTokenizerFast
 
 from hfbert.data import prepare_corpus
 
-distributed = pytest.importorskip("distributed")  # the optional extra hfbert[distributed]
 disable_progress_bar()
 # Small shards leave some held-out pools with one document; the build warns about it, which is not under test here.
 pytestmark = pytest.mark.filterwarnings("ignore:.*single non-empty document:UserWarning")
