@@ -250,6 +250,7 @@ def settings(prepared: Path, output_dir: Path, **overrides) -> dict:
         "max_seq_length": 64, "max_steps": 8, "logging_steps": 1, "eval_steps": 8, "save_steps": 1, "keep_last": 3,
         "max_time_minutes": None, "max_eval_examples": 24, "progress_bar": False, "report_to": ["jsonl"],
         "output_dir": str(output_dir), "fill_mask_text": "She was [MASK] happy.",
+        "learning_rate": 5e-4,  # fixed here: the suggested recovery rates below are quarters of it
     }
     return {**values, **overrides}
 
