@@ -157,9 +157,12 @@ def _bert_in_hfbert_loop(config, tokenizer):
             if labels is not None:
                 supervised = labels != -100
                 logits = out.prediction_logits[supervised]  # (M, V), row-major as hfbert's
-                with torch.no_grad():
-                    out.mlm_loss = F.cross_entropy(logits.float(), labels[supervised])
-                    out.nsp_loss = F.cross_entropy(out.seq_relationship_logits.float(), next_sentence_label)
+                # The losses the loop backpropagates, normalised as hfbert's are: the MLM token sum over
+                # num_items_in_batch (the step's supervised count) when given, NSP the mean over pairs.
+                total = F.cross_entropy(logits.float(), labels[supervised], reduction="sum")
+                out.mlm_loss = total / (num_items_in_batch if num_items_in_batch is not None
+                                        else max(int(supervised.sum()), 1))
+                out.nsp_loss = F.cross_entropy(out.seq_relationship_logits.float(), next_sentence_label)
                 out.prediction_logits = logits
             return out
 
@@ -259,17 +262,37 @@ def race(config, folders: dict[int, Path], work: Path, runs: list[str], patience
         processes[run] = context.Process(target=_worker, args=(run, config.to_dict(), {k: str(v) for k, v in folders.items()}, str(work), theirs),
                                          name=f"time-to-accuracy-{run}")
         processes[run].start()
+        theirs.close()  # the child holds its end now: a run that dies makes recv() raise instead of waiting forever
         connections[run] = ours
+
+    def receive(run: str):
+        try:
+            return connections[run].recv()
+        except EOFError:
+            processes[run].join()
+            raise RuntimeError(f"run {run} died (exit code {processes[run].exitcode}); its traceback is above") from None
+
     for run in runs:
-        if not connections[run].recv().get("ready"):
+        if not receive(run).get("ready"):
             raise RuntimeError(f"run {run} did not start")
     results = {run: {"points": [], "stopped_by": None} for run in runs}
+    try:
+        _take_turns(config, runs, connections, processes, receive, results, patience, report)
+    finally:  # a run that failed must not leave the others waiting for their next turn
+        for process in processes.values():
+            if process.is_alive():
+                process.terminate()
+                process.join()
+    return results
+
+
+def _take_turns(config, runs, connections, processes, receive, results, patience, report) -> None:
     top = max(TARGETS)
     active = list(runs)
     while active:
         for run in list(active):
             connections[run].send("go")
-            point = connections[run].recv()
+            point = receive(run)
             if "step" not in point:
                 raise RuntimeError(f"run {run} ended before its last step")
             point["load_average"] = round(os.getloadavg()[0], 2)
@@ -285,11 +308,10 @@ def race(config, folders: dict[int, Path], work: Path, runs: list[str], patience
                 results[run]["stopped_by"] = "patience"
             if results[run]["stopped_by"]:
                 connections[run].send("stop")
-                connections[run].recv()  # "finished"
+                receive(run)  # "finished"
                 processes[run].join()
                 active.remove(run)
             report(results)
-    return results
 
 
 def _reference_seconds(a: dict | None, top: float) -> float | None:
