@@ -14,10 +14,7 @@ import json
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
-
-import datasets
 
 from ..arguments import CommandParser, UsageError, run_command
 from ..hub import HubDownloadError, HubPushError
@@ -26,7 +23,7 @@ from .pipeline import DEFAULT_POOL_SIZE
 from .documents import open_binary
 from .prepared import MANIFEST, prepare_corpus, push_prepared
 from .report import render_report
-from .sources import LAYOUTS, boundary_pattern
+from .sources import LAYOUTS, boundary_pattern, load_dataset_split
 
 __all__ = ["PrepareArguments", "main"]
 
@@ -116,15 +113,7 @@ class PrepareArguments:
 
 
 def _source(args: PrepareArguments):
-    if args.dataset is None:
-        return args.input
-    loaded = (datasets.load_from_disk(args.dataset) if Path(args.dataset).is_dir()
-              else datasets.load_dataset(args.dataset))
-    if isinstance(loaded, datasets.DatasetDict):
-        if args.dataset_split not in loaded:
-            raise UsageError(f"--dataset_split: {args.dataset} has no split {args.dataset_split!r} ({list(loaded)})")
-        loaded = loaded[args.dataset_split]
-    return loaded
+    return args.input if args.dataset is None else load_dataset_split(args.dataset, args.dataset_split)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

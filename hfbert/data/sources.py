@@ -19,8 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import datasets
 import fsspec
 from datasets import Dataset
+
+from ..arguments import UsageError
 
 from .documents import (
     CHAPTER_HEADING,
@@ -31,7 +34,7 @@ from .documents import (
     read_people_daily,
 )
 
-__all__ = ["BUILTIN_CORPUS", "DocumentRows", "TextFiles", "boundary_pattern", "resolve_input"]
+__all__ = ["BUILTIN_CORPUS", "DocumentRows", "TextFiles", "boundary_pattern", "load_dataset_split", "resolve_input"]
 
 #: Jane Austen's six novels (public domain), one paragraph per line, "CHAPTER ..." lines between chapters.
 BUILTIN_CORPUS = Path(__file__).resolve().parents[1] / "corpora" / "en_austen_6novels.txt.gz"
@@ -140,6 +143,16 @@ def _pick_column(columns: list[str], text_column: str | None, name: str) -> str:
         if column in columns:
             return column
     raise ValueError(f"{name} needs a 'sentences' or 'text' column (or pass text_column=...); got {columns}")
+
+
+def load_dataset_split(name: str, split: str) -> Dataset:
+    """A ``save_to_disk`` folder or a ``load_dataset`` name, reduced to ``split`` when it holds several."""
+    loaded = datasets.load_from_disk(name) if Path(name).is_dir() else datasets.load_dataset(name)
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise UsageError(f"dataset {name} has no split {split!r} (it has {list(loaded)}); set --dataset_split")
+        loaded = loaded[split]
+    return loaded
 
 
 def boundary_pattern(document_boundary: str | None) -> str | None:

@@ -30,13 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import datasets
 import numpy as np
 import torch
 from accelerate.utils import broadcast_object_list
 
 from ..data import DataCollatorForBertPretraining, PreparedCorpus, prepare_corpus
-from ..data.sources import BUILTIN_CORPUS
+from ..data.sources import BUILTIN_CORPUS, load_dataset_split
 from .config import ConfigError, PretrainConfig
 
 __all__ = [
@@ -170,15 +169,7 @@ def _collator(corpus: PreparedCorpus, tokenizer) -> DataCollatorForBertPretraini
 
 def prepare_source(config: PretrainConfig):
     """What :func:`hfbert.data.prepare_corpus` reads: None (the built-in corpus), the input files, or the dataset."""
-    if config.dataset is None:
-        return config.input
-    loaded = (datasets.load_from_disk(config.dataset) if Path(config.dataset).is_dir()
-              else datasets.load_dataset(config.dataset))
-    if isinstance(loaded, datasets.DatasetDict):
-        if config.dataset_split not in loaded:
-            raise ConfigError(f"dataset {config.dataset} has no split {config.dataset_split!r}: {list(loaded)}")
-        loaded = loaded[config.dataset_split]
-    return loaded
+    return config.input if config.dataset is None else load_dataset_split(config.dataset, config.dataset_split)
 
 
 def prepare_in_output_dir(config: PretrainConfig, accelerator, lengths: list[int]) -> dict[int, Path]:
