@@ -351,6 +351,26 @@ def _build_pool(task: tuple) -> tuple:
     return sink.getvalue().to_pybytes(), stats, hashes
 
 
+def make_builder(tokenizer, *, max_seq_length, short_seq_prob, dupe_factor, masking, masked_lm_prob,
+                 max_predictions_per_seq, selection, whole_word_mask, word_segmenter, random_token_ids,
+                 wwm_per_word_decision, distinct_random_document, pool_size, num_proc, seed
+                 ) -> tuple[PoolBuilder, TokenizerFacts]:
+    """Check the settings, then the pool builder (with its masking spec) that every build runs, and the tokenizer
+    facts it read."""
+    _check_arguments(tokenizer, max_seq_length, short_seq_prob, dupe_factor, masking, pool_size, num_proc, seed,
+                     whole_word_mask, word_segmenter)
+    facts = TokenizerFacts.of(tokenizer)
+    spec = MaskingSpec.from_tokenizer(
+        tokenizer, masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions_per_seq,
+        selection=selection, whole_word_mask=whole_word_mask, wwm_per_word_decision=wwm_per_word_decision,
+        random_token_ids=random_token_ids, vocab=facts.vocab)
+    builder = PoolBuilder(
+        tokenizer, spec, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
+        masking=masking, word_segmenter=word_segmenter, distinct_random_document=distinct_random_document,
+        seed=seed, facts=facts)
+    return builder, facts
+
+
 def build_pretraining_dataset(
     source,
     tokenizer,
@@ -394,17 +414,13 @@ def build_pretraining_dataset(
     With ``return_report=True`` (map-style only) returns ``(dataset, report)``, see :mod:`hfbert.data.report`.
     """
     dupe_factor = (10 if masking == "static" else 1) if dupe_factor is None else dupe_factor
-    _check_arguments(tokenizer, max_seq_length, short_seq_prob, dupe_factor, masking, pool_size, num_proc, seed,
-                     whole_word_mask, word_segmenter)
-    facts = TokenizerFacts.of(tokenizer)
-    spec = MaskingSpec.from_tokenizer(
-        tokenizer, masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions_per_seq,
-        selection=selection, whole_word_mask=whole_word_mask, wwm_per_word_decision=wwm_per_word_decision,
-        random_token_ids=random_token_ids, vocab=facts.vocab)
-    builder = PoolBuilder(
-        tokenizer, spec, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
-        masking=masking, word_segmenter=word_segmenter, distinct_random_document=distinct_random_document,
-        seed=seed, facts=facts)
+    builder, facts = make_builder(
+        tokenizer, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
+        masking=masking, masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions_per_seq,
+        selection=selection, whole_word_mask=whole_word_mask, word_segmenter=word_segmenter,
+        random_token_ids=random_token_ids, wwm_per_word_decision=wwm_per_word_decision,
+        distinct_random_document=distinct_random_document, pool_size=pool_size, num_proc=num_proc, seed=seed)
+    spec = builder.spec
     streaming = isinstance(source, IterableDataset) if streaming is None else streaming
     if streaming:
         if return_report:

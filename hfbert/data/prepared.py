@@ -44,10 +44,9 @@ from transformers import AutoTokenizer
 
 from .documents import CorpusError, read_document_range
 from .engines import run_tasks
-from .masking import MaskingSpec
 from ..hub import download_snapshot, push_to_hub
 from ..tokenization import train_wordpiece
-from .pipeline import DEFAULT_POOL_SIZE, PoolBuilder, TokenizerFacts, _check_arguments, output_features
+from .pipeline import DEFAULT_POOL_SIZE, TokenizerFacts, make_builder, output_features
 from .report import (
     assemble_report,
     merge_line_sketches,
@@ -145,17 +144,13 @@ def prepare_corpus(
     output = str(output_dir)
     _claim_output(output, overwrite)
     tokenizer = _tokenizer(tokenizer, source, vocab_size, lowercase)
-    _check_arguments(tokenizer, max_seq_length, short_seq_prob, dupe_factor, masking, pool_size, num_proc, seed,
-                     whole_word_mask, word_segmenter)
-    facts = TokenizerFacts.of(tokenizer)
-    spec = MaskingSpec.from_tokenizer(
-        tokenizer, masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions_per_seq,
-        selection=selection, whole_word_mask=whole_word_mask, wwm_per_word_decision=wwm_per_word_decision,
-        random_token_ids=random_token_ids, vocab=facts.vocab)
-    builder = PoolBuilder(
-        tokenizer, spec, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
-        masking=masking, word_segmenter=word_segmenter, distinct_random_document=distinct_random_document,
-        seed=seed, facts=facts)
+    builder, facts = make_builder(
+        tokenizer, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
+        masking=masking, masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions_per_seq,
+        selection=selection, whole_word_mask=whole_word_mask, word_segmenter=word_segmenter,
+        random_token_ids=random_token_ids, wwm_per_word_decision=wwm_per_word_decision,
+        distinct_random_document=distinct_random_document, pool_size=pool_size, num_proc=num_proc, seed=seed)
+    spec = builder.spec
     if num_shards is None:
         size = sum(source.sizes) if isinstance(source, TextFiles) else sum(map(_document_bytes, source.rows))
         num_shards = auto_num_shards(size, dupe_factor)
