@@ -128,7 +128,7 @@ class PretrainConfig:
                                     factory=lambda: ["jsonl", "tensorboard"])
     progress_bar: bool = _setting(True, "show a progress bar")
     seed: int = _setting(42, "seed of the initial weights, the batch order, the masks and dropout")
-    output_dir: str = _setting("out/hfbert-mini-austen", "folder of the run: checkpoints, logs, the exported model")
+    output_dir: str = _setting("out/hfbert-tiny-austen", "folder of the run: checkpoints, logs, the exported model")
     resume: bool = _setting(False, "continue from the latest checkpoint in output_dir")
     overwrite_output_dir: bool = _setting(False, "start over in an output_dir that holds a previous run")
     resume_from: str | None = _setting(
