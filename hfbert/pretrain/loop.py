@@ -2,7 +2,7 @@
 
 With no arguments this is the project's main job: the built-in public-domain Austen corpus prepared into
 ``output_dir/prepared`` (an 8,000-entry vocabulary, NSP/MLM examples in Parquet shards, as ``hfbert prepare``
-writes them), the ``mini`` preset, a few minutes on a CPU, then a fill-mask example from the trained model.
+writes them), the ``tiny`` preset with short sequences first, a few minutes on a CPU, then a fill-mask example.
 ``--prepared DIR_OR_REPO`` trains on folders ``hfbert prepare`` built. Every setting is in
 :class:`~hfbert.pretrain.config.PretrainConfig`; ``pretrain(config)`` is the same job as a function.
 
