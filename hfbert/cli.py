@@ -16,8 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("hfbert.data.cli:main", "build NSP/MLM pretraining examples into Parquet shards (a prepared corpus)"),
     "push": ("hfbert.hub:main", "push a saved model folder to the Hub (branch and tag supported)"),
     "convert": ("hfbert.convert:main", "convert between hfbert and stock transformers BERT folders"),
-    "bench": ("hfbert.bench:main", "benchmark hfbert against transformers side by side"),
-    "robustness": ("hfbert.robustness:main", "evaluate a fine-tuned model under bit-flip fault injection"),
+    "bench": ("hfbert.studies.bench:main", "benchmark hfbert against transformers side by side"),
+    "robustness": ("hfbert.studies.robustness:main", "evaluate a fine-tuned model under bit-flip fault injection"),
 }
 
 

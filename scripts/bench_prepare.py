@@ -98,9 +98,9 @@ def run_one(spec: dict) -> dict:
     disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"])
     if spec.get("barrier"):
-        from hfbert.data.bench import _wait_for_parties
+        from hfbert.studies.data_bench import wait_for_parties
 
-        _wait_for_parties(Path(spec["barrier"]), spec["parties"])
+        wait_for_parties(Path(spec["barrier"]), spec["parties"])
     baseline = _rss_mb()
     own_cpu, start = _own_cpu(), time.perf_counter()
     with TreeSampler() as tree:

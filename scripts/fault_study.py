@@ -27,8 +27,8 @@ import torch
 from transformers import AutoTokenizer, get_linear_schedule_with_warmup
 
 from hfbert import HfBertForSequenceClassification
-from hfbert.robustness import encode_batches, predict, score
-from hfbert.robustness import main as robustness_main
+from hfbert.studies.robustness import encode_batches, predict, score
+from hfbert.studies.robustness import main as robustness_main
 
 
 def parse_args() -> argparse.Namespace:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from hfbert import bench
+from hfbert.studies import bench
 
 
 def _positive_finite(value):
@@ -170,10 +170,10 @@ def test_pipeline_section_reports_the_data_measurement(monkeypatch, tmp_path):
         return [{"num_proc": 1, "wall_s": 1.0 + 0.25 * k, "cpu_s": 1.0, "tokens": 1000, "instances": 10,
                  "tokens_per_s": 1000.0, "tokens_per_cpu_s": 1000.0} for k in range(copies)]
 
-    import hfbert.data.bench
+    import hfbert.studies.data_bench
 
-    monkeypatch.setattr(hfbert.data.bench, "measure_pipeline", fake_measure)
-    monkeypatch.setattr(hfbert.data.bench, "measure_concurrent", fake_concurrent)
+    monkeypatch.setattr(hfbert.studies.data_bench, "measure_pipeline", fake_measure)
+    monkeypatch.setattr(hfbert.studies.data_bench, "measure_concurrent", fake_concurrent)
     corpus = bench.BenchCorpus(tmp_path / "c.txt", "c.txt", None, tmp_path, "sentences", None)
     rows = bench.bench_pipeline(corpus, bench.BenchArguments(quick=True, repeats=3))
     assert calls == [1, 2, "1+1", "1+1", 2, 1, 1, 2, "1+1"]  # alternating rounds
@@ -187,13 +187,13 @@ def test_pipeline_section_reports_the_data_measurement(monkeypatch, tmp_path):
 
 
 def test_pipeline_failure_is_a_not_available_row(monkeypatch, tmp_path):
-    import hfbert.data.bench
+    import hfbert.studies.data_bench
 
     def broken(*args, **kwargs):
         raise RuntimeError("no corpus")
 
-    monkeypatch.setattr(hfbert.data.bench, "measure_pipeline", broken)
-    monkeypatch.setattr(hfbert.data.bench, "measure_concurrent", broken)
+    monkeypatch.setattr(hfbert.studies.data_bench, "measure_pipeline", broken)
+    monkeypatch.setattr(hfbert.studies.data_bench, "measure_concurrent", broken)
     corpus = bench.BenchCorpus(tmp_path / "c.txt", "c.txt", None, tmp_path, "sentences", None)
     rows = bench.bench_pipeline(corpus, bench.BenchArguments(quick=True))
     assert [r["available"] for r in rows] == [False, False, False] and "no corpus" in rows[0]["reason"]

@@ -8,7 +8,7 @@ a. pretraining step (forward + backward + AdamW step): tokens/s, peak tensor mem
 b. inference tokens/s, ``HfBertModel`` vs ``transformers.BertModel`` (SDPA), on full-length batches and on
    batches of real sentences padded to the longest in the batch (as ``DataCollatorWithPadding`` does);
 c. data pipeline tokens/s (tokenize + build NSP pairs + mask) for 1 and 2 processes, and for two independent
-   1-process builds started together (what the machine gives two processes; ``hfbert.data.bench``);
+   1-process builds started together (what the machine gives two processes; ``hfbert.studies.data_bench``);
 d. WordPiece training MB/s (``hfbert.tokenization.train_wordpiece``).
 
 Inputs. Every timed step gets a new batch, as in training: NSP pairs built from the corpus (the shipped Austen
@@ -69,15 +69,15 @@ import torch
 import transformers
 from transformers import AutoTokenizer
 
-from . import __version__
-from .arguments import CommandParser, UsageError, run_command
-from .configuration_hfbert import HfBertConfig
-from .data import (CHAPTER_HEADING, DataCollatorForBertPretraining, build_pretraining_dataset, split_sentences)
-from .data import bench as data_bench
-from .modeling_hfbert import HfBertForPreTraining, HfBertModel
-from .tokenization import train_wordpiece
+from .. import __version__
+from ..arguments import CommandParser, UsageError, run_command
+from ..configuration_hfbert import HfBertConfig
+from ..data import (CHAPTER_HEADING, DataCollatorForBertPretraining, build_pretraining_dataset, split_sentences)
+from ..modeling_hfbert import HfBertForPreTraining, HfBertModel
+from ..tokenization import train_wordpiece
+from . import data_bench
 
-BUILTIN_CORPUS = Path(__file__).resolve().parent / "corpora" / "en_austen_6novels.txt.gz"
+BUILTIN_CORPUS = Path(__file__).resolve().parents[1] / "corpora" / "en_austen_6novels.txt.gz"
 BUILTIN_CORPUS_FILE = "en_austen_6novels.txt"
 # WordPieces learned from the corpus; the rest of --vocab_size is [unused] entries. The Austen novels give about
 # 14,000 pieces at the trainer's default frequency cut, so a larger learned vocabulary would fail on them.

@@ -21,8 +21,8 @@ from pathlib import Path
 from datasets.utils.logging import disable_progress_bar
 from transformers import AutoTokenizer
 
-from .documents import CHAPTER_HEADING
-from .pipeline import build_pretraining_dataset
+from ..data.documents import CHAPTER_HEADING
+from ..data.pipeline import build_pretraining_dataset
 
 __all__ = ["measure_concurrent", "measure_pipeline"]
 
@@ -64,7 +64,7 @@ def _command(num_proc, corpus, tokenizer_dir, layout, boundary, dupe_factor, mas
         raise FileNotFoundError(f"corpus not found: {corpus}")
     if not Path(tokenizer_dir).is_dir():
         raise FileNotFoundError(f"tokenizer directory not found: {tokenizer_dir}")
-    return [sys.executable, "-m", "hfbert.data.bench", "--num-proc", str(num_proc), "--corpus", str(corpus),
+    return [sys.executable, "-m", "hfbert.studies.data_bench", "--num-proc", str(num_proc), "--corpus", str(corpus),
             "--tokenizer", str(tokenizer_dir), "--layout", layout, "--boundary", boundary or "",
             "--dupe-factor", str(dupe_factor), "--masking", masking, "--max-seq-length", str(max_seq_length)]
 
@@ -75,7 +75,7 @@ def _result(returncode: int, stdout: str, stderr: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def _wait_for_parties(folder: Path, parties: int, timeout: float = 120.0) -> None:
+def wait_for_parties(folder: Path, parties: int, timeout: float = 120.0) -> None:
     """Barrier between benchmark processes: say ready, then wait until ``parties`` have said so."""
     (folder / f"ready-{os.getpid()}").touch()
     deadline = time.monotonic() + timeout
@@ -90,7 +90,7 @@ def _measure_here(args: argparse.Namespace) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     boundary = CHAPTER_HEADING if args.boundary == "chapter" else (args.boundary or None)
     if args.barrier:
-        _wait_for_parties(Path(args.barrier), args.parties)
+        wait_for_parties(Path(args.barrier), args.parties)
     cpu_before = _cpu_seconds()
     start = time.perf_counter()
     dataset, report = build_pretraining_dataset(
@@ -109,7 +109,7 @@ def _cpu_seconds() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hfbert.data.bench")
+    parser = argparse.ArgumentParser(prog="python -m hfbert.studies.data_bench")
     parser.add_argument("--num-proc", type=int, default=1)
     parser.add_argument("--corpus", required=True)
     parser.add_argument("--tokenizer", required=True)
