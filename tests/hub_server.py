@@ -13,6 +13,8 @@ credentials in Authorization header"). Requests the server does not know are ans
 in ``HubServer.unknown_routes`` (and logged), so a protocol change in a future client shows up there.
 
 :class:`SilentServer` is the opposite: it accepts connections and never answers, as a hung endpoint does.
+:class:`Fault` makes this server misbehave on downloads: answer 500, send fewer bytes than asked, or hold the
+request without answering.
 """
 
 from __future__ import annotations
@@ -122,6 +124,24 @@ class HubError(Exception):
         self.status, self.message, self.code = status, message, code
 
 
+@dataclass
+class Fault:
+    """A misbehaviour of the server on file downloads (``GET .../resolve/...``) whose path contains ``match``:
+    ``"500"`` answers HTTP 500, ``"short"`` sends the body less its last byte (headers unchanged, so the client
+    gets fewer bytes than it asked for), ``"silent"`` holds the request ``seconds`` (or until the server stops)
+    before answering.  ``times``: how many requests it hits (None: all); ``served`` counts them."""
+
+    kind: str
+    times: int | None = None
+    match: str = ".parquet"
+    seconds: float = 30.0
+    served: int = 0
+
+    def __post_init__(self):
+        if self.kind not in ("500", "short", "silent"):
+            raise ValueError(f"unknown fault {self.kind!r}")
+
+
 T = r"(?P<t>models|datasets|spaces)"
 R = r"(?P<ns>[^/]+)/(?P<name>[^/?]+)"
 REV = r"(?P<rev>[^/]+)"
@@ -140,6 +160,8 @@ class HubServer:
         self.unknown_routes: list[str] = []
         self.lock = threading.RLock()
         self.url = ""
+        self.fault: Fault | None = None
+        self.stopping = threading.Event()  # set when the server stops: ends the waits of "silent" faults
         self.routes = [
             ("POST", r"/api/repos/create", self.create_repo),
             ("DELETE", r"/api/repos/delete", self.delete_repo),
@@ -183,6 +205,17 @@ class HubServer:
         if token is not None:
             env["HF_TOKEN"] = token
         return env
+
+    def take_fault(self, method: str, path: str) -> Fault | None:
+        """The fault that hits this request, if any (counted)."""
+        with self.lock:
+            fault = self.fault
+            if fault is None or method != "GET" or "/resolve/" not in path or fault.match not in path:
+                return None
+            if fault.times is not None and fault.served >= fault.times:
+                return None
+            fault.served += 1
+            return fault
 
     # --- helpers ----------------------------------------------------------------------------------
     def user(self, headers, *, write: bool = False, namespace: str | None = None) -> str | None:
@@ -474,6 +507,9 @@ def _make_handler(hub: HubServer):
         def dispatch(self):
             url = urlsplit(self.path)
             body = self.read_body()
+            fault = hub.take_fault(self.command, url.path)
+            if fault is not None and fault.kind == "silent":
+                hub.stopping.wait(fault.seconds)
             for method, pattern, handler in hub.routes:
                 match = re.fullmatch(pattern, url.path)
                 if method == self.command and match:
@@ -493,6 +529,10 @@ def _make_handler(hub: HubServer):
                 result = _Raw(404, json.dumps({"error": f"unknown route {self.command} {url.path}"}).encode(), {})
             if not isinstance(result, _Raw):
                 result = _Raw(200, json.dumps(result).encode(), {"Content-Type": "application/json"})
+            if fault is not None and fault.kind == "500":
+                result = _Raw(500, json.dumps({"error": "internal error (injected)"}).encode(), {})
+            elif fault is not None and fault.kind == "short" and result.status in (200, 206):
+                result = _Raw(result.status, result.data[:-1], result.headers)
             hub.requests.append((self.command, self.path, result.status))
             self.send_response(result.status)
             for key, value in result.headers.items():
@@ -607,9 +647,10 @@ def hub_server():
     try:
         yield hub
     finally:
+        hub.stopping.set()
         httpd.shutdown()
         httpd.server_close()
 
 
-__all__ = ["BLOCK_HFBERT", "HubServer", "SilentServer", "allow_hub_calls", "git_blob_sha1", "hub_server", "run_client",
-           "silent_server", "start_hub"]
+__all__ = ["BLOCK_HFBERT", "Fault", "HubServer", "SilentServer", "allow_hub_calls", "git_blob_sha1", "hub_server",
+           "run_client", "silent_server", "start_hub"]

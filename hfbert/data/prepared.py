@@ -44,7 +44,7 @@ from transformers import AutoTokenizer
 
 from .documents import CorpusError, read_document_range
 from .engines import run_tasks
-from ..hub import download_snapshot, push_to_hub
+from ..hub import push_to_hub, resolve_timeout
 from ..tokenization import train_wordpiece
 from .pipeline import DEFAULT_POOL_SIZE, TokenizerFacts, make_builder, output_features
 from .report import (
@@ -53,6 +53,17 @@ from .report import (
     merge_pool_summaries,
     merge_row_summaries,
     render_report,
+)
+from .remote import (
+    DEFAULT_CACHE_LIMIT,
+    RangeCache,
+    RemoteShards,
+    default_cache_dir,
+    download_corpus,
+    fetch_metadata,
+    list_sizes,
+    parse_size,
+    resolve_location,
 )
 from .segmenters import JiebaSegmenter, PreSegmented
 from .shards import ROW_GROUP_SIZE, SPLITS, ShardTask, build_shard, features_metadata, write_atomically
@@ -72,6 +83,35 @@ _SEGMENTERS = {"presegmented": PreSegmented, "jieba": JiebaSegmenter}
 
 class PreparedDataError(ValueError):
     """A prepared folder that cannot be read as its manifest describes it; the message names the file."""
+
+
+def _read_manifest(manifest_path: Path, shown: str) -> dict:
+    """The manifest of a prepared folder (``shown`` names the folder in messages), checked for its format."""
+    if not manifest_path.is_file():
+        raise PreparedDataError(f"{shown} is not a prepared folder: it has no {MANIFEST} (build it with "
+                                "`hfbert prepare`)")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise PreparedDataError(f"{shown}/{MANIFEST}: not valid JSON ({err})") from None
+    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        raise PreparedDataError(f"{shown}/{MANIFEST}: format {manifest.get('format')!r} version "
+                                f"{manifest.get('format_version')!r}; this hfbert reads {FORMAT!r} version "
+                                f"{FORMAT_VERSION}")
+    return manifest
+
+
+def _check_shards(manifest: dict, size_of, shown: str) -> None:
+    """Every shard the manifest lists is there (``size_of(file)`` is not None) with the manifest's size."""
+    for split, info in manifest["splits"].items():
+        for shard in info["shards"]:
+            size = size_of(shard["file"])
+            if size is None:
+                raise PreparedDataError(f"shard {shard['file']} of {shown} is missing (the manifest lists "
+                                        f"{len(info['shards'])} {split} shards)")
+            if size != shard["bytes"]:
+                raise PreparedDataError(f"shard {shard['file']} of {shown} has {size} bytes, the manifest says "
+                                        f"{shard['bytes']}: the file is truncated or was replaced")
 
 
 def auto_num_shards(input_bytes: int, dupe_factor: int) -> int:
@@ -408,38 +448,61 @@ class PreparedCorpus:
         self._groups: OrderedDict[tuple[str, int, int], pa.Table] = OrderedDict()
 
     @classmethod
-    def open(cls, dir_or_repo_id: str | Path, *, revision: str | None = None, token: str | None = None,
-             endpoint: str | None = None, timeout: float | None = None) -> PreparedCorpus:
-        """A local prepared folder, or a Hub dataset repo (downloaded into the Hub cache by
-        :func:`hfbert.hub.download_snapshot`, which gives up after ``timeout`` seconds without an answer).  Checks the manifest and that every shard it lists is present with its size; a corrupted page is
-        found by its checksum when read (:meth:`verify` checks every byte)."""
-        path = Path(dir_or_repo_id)
-        if not path.is_dir():
-            if not _REPO_ID.match(str(dir_or_repo_id)):
-                raise FileNotFoundError(f"prepared folder not found: {dir_or_repo_id}")
-            path = download_snapshot(str(dir_or_repo_id), repo_type="dataset", revision=revision, token=token,
-                                     endpoint=endpoint, timeout=timeout)
-        manifest_path = path / MANIFEST
-        if not manifest_path.is_file():
-            raise PreparedDataError(f"{path} is not a prepared folder: it has no {MANIFEST} (build it with "
-                                    "`hfbert prepare`)")
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise PreparedDataError(f"{manifest_path}: not valid JSON ({err})") from None
-        if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-            raise PreparedDataError(f"{manifest_path}: format {manifest.get('format')!r} version "
-                                    f"{manifest.get('format_version')!r}; this hfbert reads {FORMAT!r} version "
-                                    f"{FORMAT_VERSION}")
-        for split, info in manifest["splits"].items():
-            for shard in info["shards"]:
-                file = path / shard["file"]
-                if not file.is_file():
-                    raise PreparedDataError(f"shard {shard['file']} of {path} is missing (the manifest lists "
-                                            f"{len(info['shards'])} {split} shards)")
-                if file.stat().st_size != shard["bytes"]:
-                    raise PreparedDataError(f"shard {shard['file']} of {path} has {file.stat().st_size} bytes, the "
-                                            f"manifest says {shard['bytes']}: the file is truncated or was replaced")
+    def open(cls, location: str | Path, *, revision: str | None = None, token: str | None = None,
+             endpoint: str | None = None, timeout: float | None = None, cache_dir: str | Path | None = None,
+             cache_limit: int | str = DEFAULT_CACHE_LIMIT, download: bool = False) -> PreparedCorpus:
+        """Open a prepared corpus: a local folder, a Hub dataset repo (``user/name`` or
+        ``hf://datasets/user/name[@revision]``; ``revision``, ``token``, ``endpoint`` as in huggingface_hub) or any
+        fsspec URL (``s3://...``, ``gs://...``).
+
+        A remote corpus is read on demand (:mod:`hfbert.data.remote`): the manifest and tokenizer files come to
+        ``cache_dir`` (default ``$HF_HOME/hfbert/shards``), and each shard's footer and row groups only when rows
+        in them are read, through a cache of at most ``cache_limit`` bytes shared by the processes of the machine;
+        a read is retried for ``timeout`` seconds (default as :func:`hfbert.hub.resolve_timeout`) and then raises
+        :class:`~hfbert.data.remote.ShardReadError` naming the shard and the URL.  ``download=True`` copies the
+        whole corpus to local disk first instead and checks every shard's sha256.
+
+        Checks the manifest and that every shard it lists is present with its size; a corrupted page is found by
+        its checksum when read (:meth:`verify` checks every byte of a local folder)."""
+        name = str(location)
+        name = name[len("file://"):] if name.startswith("file://") else name
+        path = Path(name)
+        if path.is_dir() or ("://" not in name and not _REPO_ID.match(name)):
+            if not path.is_dir():
+                raise FileNotFoundError(f"prepared folder not found: {location}")
+            return cls._open_local(path)
+        seconds = resolve_timeout(timeout)
+        remote = resolve_location(name, revision=revision, token=token, endpoint=endpoint, timeout=seconds)
+        cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        if download:
+            folder = download_corpus(remote, MANIFEST, cache_dir, seconds)
+            try:
+                corpus = cls._open_local(folder)
+                corpus.verify()  # every byte was read anyway: the manifest's sha256 of each shard is checked
+            except PreparedDataError:
+                shutil.rmtree(folder, ignore_errors=True)  # the next attempt downloads again
+                raise
+            return corpus
+        folder = fetch_metadata(remote, MANIFEST, cache_dir, seconds)
+        manifest = _read_manifest(folder / MANIFEST, remote.url)
+        shards = {shard["file"]: shard for info in manifest["splits"].values() for shard in info["shards"]}
+        sizes = list_sizes(remote, sorted({file.rsplit("/", 1)[0] for file in shards}), seconds)
+        _check_shards(manifest, sizes.get, remote.url)
+        corpus = cls(folder, manifest)
+        corpus.url = remote.url
+        corpus._remote = RemoteShards(remote, RangeCache(cache_dir / "ranges", parse_size(cache_limit)), seconds,
+                                      shards)
+        return corpus
+
+    @classmethod
+    def _open_local(cls, path: Path) -> PreparedCorpus:
+        manifest = _read_manifest(path / MANIFEST, str(path))
+
+        def size(name: str) -> int | None:
+            file = path / name
+            return file.stat().st_size if file.is_file() else None
+
+        _check_shards(manifest, size, str(path))
         return cls(path, manifest)
 
     # -- what it holds ----------------------------------------------------------------------------------
@@ -528,14 +591,24 @@ class PreparedCorpus:
             raise KeyError(f"the prepared corpus {self.path} has no {split!r} split (splits: {self.splits})")
         return split
 
+    #: For a remote corpus: its URL, and how its shards are read (:meth:`open` sets them).
+    url: str | None = None
+    _remote: RemoteShards | None = None
+
+    def _open_parquet(self, name: str) -> pq.ParquetFile:
+        """Open shard file ``name`` (a path relative to the folder) for reading its footer and row groups."""
+        if self._remote is not None:  # the footer now, each row group's bytes when it is read
+            return self._remote.open_parquet(name)
+        # Read with pread, not mmap: every mapped page a random row touches stays in the process's resident
+        # memory, so a training process reading rows across the corpus would grow towards the corpus's size.
+        return pq.ParquetFile(self.path / name, memory_map=False, page_checksum_verification=True)
+
     def _file(self, split: str, shard: int) -> tuple[pq.ParquetFile, np.ndarray]:
         key = (split, shard)
         if key not in self._files:
             name = self.manifest["splits"][split]["shards"][shard]["file"]
             try:
-                # Read with pread, not mmap: every mapped page a random row touches stays in the process's resident
-                # memory, so a training process reading rows across the corpus would grow towards the corpus's size.
-                file = pq.ParquetFile(self.path / name, memory_map=False, page_checksum_verification=True)
+                file = self._open_parquet(name)
             except (OSError, pa.ArrowException) as err:
                 raise PreparedDataError(f"shard {name} of {self.path} is corrupt: {err}") from None
             groups = [file.metadata.row_group(g).num_rows for g in range(file.metadata.num_row_groups)]

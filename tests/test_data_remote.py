@@ -1,0 +1,312 @@
+"""Prepared corpora read on demand from remote storage (hfbert.data.remote): the same rows as the local folder,
+only the byte ranges of the row groups that hold them, a cache shared by processes, and faults -- a read that
+times out, answers 500 or brings fewer bytes than asked -- retried and then stopped with one line naming the shard
+and the URL; tested against the local Hub server (hf://) and a misbehaving fsspec filesystem.
+
+The corpus: the first 400 lines of the shipped Austen text, prepared once at length 64 (two shards of two row
+groups each).
+"""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import fsspec
+import numpy as np
+import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+
+from hfbert.data import PreparedCorpus, PreparedDataError, prepare_corpus
+from hfbert.data.prepared import push_prepared
+from hfbert.data.remote import RangeCache, ShardReadError, parse_size
+from hfbert.data.sources import BUILTIN_CORPUS
+from hub_server import Fault, HubServer, allow_hub_calls, hub_server  # noqa: F401
+
+REPO_ID = "user/austen-64"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    with gzip.open(BUILTIN_CORPUS, "rt", encoding="utf-8") as handle:
+        lines = [next(handle) for _ in range(400)]
+    root = tmp_path_factory.mktemp("remote")
+    (root / "head.txt").write_text("".join(lines), encoding="utf-8")
+    with pytest.warns(UserWarning):  # a pool of one document: expected on nine chapters
+        return prepare_corpus([str(root / "head.txt")], root / "prepared", vocab_size=400, max_seq_length=64,
+                              input_layout="paragraphs", document_boundary="chapter", eval_fraction=0.2, seed=42,
+                              masking="static", dupe_factor=5, num_shards=2)
+
+
+@pytest.fixture(scope="module")
+def local(folder) -> PreparedCorpus:
+    return PreparedCorpus.open(folder)
+
+
+def picks(corpus: PreparedCorpus, count: int = 40) -> list[int]:
+    return np.random.default_rng(0).choice(corpus.num_rows("train"), count, replace=False).tolist()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A misbehaving fsspec filesystem
+
+
+class FlakyFileSystem(MemoryFileSystem):
+    """An in-memory filesystem whose ranged reads of shards misbehave as told: ``mode`` "hang" (no answer for
+    ``hang_seconds``), "raise" (OSError) or "short" (one byte fewer than asked), ``failures`` times (None: always).
+    Counts the reads of shards it served, and their bytes."""
+
+    protocol = "flaky"
+    mode: str | None = None
+    failures: int | None = None
+    hang_seconds = 30.0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.released = threading.Event()  # ends the waits of "hang"
+        self.reset()
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        return super()._strip_protocol(path[len("flaky://"):] if path.startswith("flaky://") else path)
+
+    def reset(self, mode=None, failures=None):
+        self.mode, self.failures, self.failed, self.reads, self.bytes_read = mode, failures, 0, 0, 0
+        self.released.clear()
+
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        data = super().cat_file(path, start=start, end=end, **kwargs)
+        misbehaves = self.mode and path.endswith(".parquet") and (self.failures is None or
+                                                                  self.failed < self.failures)
+        if misbehaves:
+            self.failed += 1
+            if self.mode == "hang":
+                self.released.wait(self.hang_seconds)
+            elif self.mode == "raise":
+                raise OSError("connection reset by peer")
+            elif self.mode == "short":
+                return data[:-1]
+        if path.endswith(".parquet"):
+            self.reads += 1
+            self.bytes_read += len(data)
+        return data
+
+
+fsspec.register_implementation("flaky", FlakyFileSystem, clobber=True)
+
+
+@pytest.fixture
+def flaky(folder):
+    fs = fsspec.filesystem("flaky")
+    fs.rm("/corpus", recursive=True) if fs.exists("/corpus") else None
+    fs.put(str(folder), "/corpus", recursive=True)
+    fs.reset()
+    yield fs
+    fs.released.set()
+
+
+def test_an_fsspec_url_gives_the_rows_of_the_local_folder_reading_only_their_row_groups(local, flaky, tmp_path):
+    corpus = PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "cache")
+    assert flaky.bytes_read == 0  # opening reads the manifest, the tokenizer and a listing: no shard byte
+    assert corpus.url == "flaky://corpus" and corpus.manifest == local.manifest
+    assert corpus.load_tokenizer().get_vocab() == local.load_tokenizer().get_vocab()
+    first_group = list(range(10))  # rows of the first row group of the first shard
+    assert corpus.rows("train", first_group) == local.rows("train", first_group)
+    shard_bytes = local.manifest["splits"]["train"]["shards"][0]["bytes"]
+    assert flaky.reads == 2 and flaky.bytes_read < shard_bytes  # the footer, then that row group only
+    chosen = picks(local)
+    assert corpus.rows("train", chosen) == local.rows("train", chosen)
+    assert corpus.rows("validation", [0, 3]) == local.rows("validation", [0, 3])
+
+
+def test_a_warm_cache_serves_another_process_without_reading_the_remote(local, flaky, tmp_path):
+    chosen = picks(local)
+    PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "cache").rows("train", chosen)
+    flaky.reset(mode="raise")  # every shard read now fails: only the cache can answer
+    code = textwrap.dedent("""
+        import json, sys
+        sys.path.insert(0, sys.argv[3])
+        import fsspec, test_data_remote  # registers flaky:// (an empty in-memory filesystem in this process)
+        from hfbert.data import PreparedCorpus
+        fs = fsspec.filesystem("flaky")
+        fs.put(sys.argv[4], "/corpus", recursive=True)
+        fs.reset(mode="raise")
+        corpus = PreparedCorpus.open("flaky://corpus", cache_dir=sys.argv[1], timeout=2)
+        rows = corpus.rows("train", json.loads(sys.argv[2]))
+        print(json.dumps({"rows": rows, "failed": fs.failed}))
+    """)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache"), json.dumps(chosen),
+                           str(Path(__file__).parent), str(local.path)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["failed"] == 0 and out["rows"] == local.rows("train", chosen)
+
+
+@pytest.mark.parametrize("mode", ["hang", "raise", "short"])
+def test_a_read_that_fails_a_few_times_is_retried_and_gives_the_right_rows(local, flaky, tmp_path, mode):
+    corpus = PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "cache", timeout=3)
+    flaky.reset(mode=mode, failures=2)
+    chosen = picks(local, 10)
+    assert corpus.rows("train", chosen) == local.rows("train", chosen)
+    assert flaky.failed == 2
+
+
+@pytest.mark.parametrize("mode", ["hang", "raise", "short"])
+def test_a_read_that_keeps_failing_stops_within_the_limit_naming_shard_and_url(local, flaky, tmp_path, mode):
+    corpus = PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "cache", timeout=1.5)
+    flaky.reset(mode=mode)
+    began = time.monotonic()
+    with pytest.raises(ShardReadError) as caught:
+        corpus.rows("train", [0])
+    assert time.monotonic() - began < 4  # the limit, not the filesystem's hang
+    message = str(caught.value)
+    assert "\n" not in message and "data/train-00000-of-00002.parquet" in message and "flaky://corpus" in message
+    assert flaky.failed >= 2  # retried before giving up
+    assert {"hang": "no answer", "raise": "connection reset", "short": "bytes instead of"}[mode] in message
+
+
+def test_a_shard_of_the_wrong_size_is_refused_when_opened(flaky, tmp_path):
+    name = "/corpus/data/train-00001-of-00002.parquet"
+    flaky.pipe_file(name, flaky.cat_file(name)[:-100])
+    with pytest.raises(PreparedDataError, match=r"shard data/train-00001-of-00002.parquet of flaky://corpus has "
+                                                r"\d+ bytes, the manifest says"):
+        PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "cache")
+    flaky.rm("/corpus/data/train-00001-of-00002.parquet")
+    with pytest.raises(PreparedDataError, match="train-00001-of-00002.parquet of flaky://corpus is missing"):
+        PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "cache")
+
+
+def test_wrong_bytes_of_the_right_size_are_found_by_the_page_checksums(local, flaky, tmp_path):
+    name = "/corpus/data/train-00000-of-00002.parquet"
+    data = bytearray(flaky.cat_file(name))
+    data[len(data) // 4] ^= 0xFF  # inside the first row group's pages
+    flaky.pipe_file(name, bytes(data))
+    corpus = PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "cache")
+    with pytest.raises(PreparedDataError, match="train-00000-of-00002.parquet .*corrupt"):
+        corpus.rows("train", list(range(local.num_rows("train") // 8)))
+
+
+def test_the_explicit_full_download_checks_every_shards_sha256(local, flaky, tmp_path):
+    corpus = PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "cache", download=True)
+    assert corpus.url is None and (corpus.path / "data" / "train-00000-of-00002.parquet").is_file()
+    assert corpus.rows("train", picks(local)) == local.rows("train", picks(local))
+    name = "/corpus/data/train-00001-of-00002.parquet"
+    data = bytearray(flaky.cat_file(name))
+    data[100] ^= 0x01
+    flaky.pipe_file(name, bytes(data))
+    with pytest.raises(PreparedDataError, match="train-00001-of-00002.parquet .* sha256 differs"):
+        PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "other", download=True)
+
+
+def test_the_cache_stays_within_its_limit_and_a_damaged_entry_is_fetched_again(local, flaky, tmp_path):
+    limit = 120_000  # less than one shard
+    corpus = PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "cache", cache_limit=limit)
+    chosen = list(range(0, local.num_rows("train"), 97))  # every row group of both shards
+    assert corpus.rows("train", chosen) == local.rows("train", chosen)
+    cache = RangeCache(tmp_path / "cache" / "ranges", limit)
+    assert sum(size for _, size, _ in cache.usage()) <= limit * (1 + 1 / 16)
+    entries = cache.usage()
+    assert entries
+    victim = entries[0][2]
+    raw = bytearray(victim.read_bytes())
+    raw[5] ^= 0xFF
+    victim.write_bytes(bytes(raw))
+    start, end = map(int, victim.name.split("-"))
+    assert cache.get(victim.parent.name, start, end) is None and not victim.exists()
+
+
+def test_processes_sharing_a_cache_never_see_a_partial_entry(tmp_path):
+    code = textwrap.dedent("""
+        import sys
+        from hfbert.data.remote import RangeCache
+        cache = RangeCache(sys.argv[1], 1 << 30)
+        payload = {k: bytes([k]) * (200_000 + k) for k in range(20)}
+        for round in range(15):
+            for k, data in payload.items():
+                got = cache.get("ab" * 32, k, k + len(data))
+                assert got is None or got == data, (k, len(got))
+                cache.put("ab" * 32, k, k + len(data), data)
+        print("ok")
+    """)
+    runs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "shared")], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for run in runs:
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0 and out.strip() == "ok", err[-2000:]
+
+
+def test_sizes_and_locations_that_are_not_understood_are_refused_in_one_line(tmp_path):
+    assert parse_size("20GB") == 20 * 10**9 and parse_size("1.5GiB") == 3 * 2**29 and parse_size(0) == 0
+    with pytest.raises(ValueError, match="cache_limit must be a size"):
+        parse_size("lots")
+    with pytest.raises(FileNotFoundError, match="prepared folder not found"):
+        PreparedCorpus.open(tmp_path / "nothing")
+    with pytest.raises(ValueError, match=r"hf://datasets/user/name\[@revision\]"):
+        PreparedCorpus.open("hf://models/user/name")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The Hub (the local Hub-protocol server)
+
+
+@pytest.fixture
+def hub(folder, hub_server, monkeypatch):  # noqa: F811
+    allow_hub_calls(monkeypatch)
+    push_prepared(folder, REPO_ID, token=HubServer.WRITE_TOKEN, endpoint=hub_server.url)
+    return hub_server
+
+
+@pytest.mark.parametrize("name", [REPO_ID, f"hf://datasets/{REPO_ID}", f"hf://datasets/{REPO_ID}@main"])
+def test_a_hub_dataset_repo_is_read_by_ranges_at_one_commit(local, hub, tmp_path, name):
+    corpus = PreparedCorpus.open(name, endpoint=hub.url, cache_dir=tmp_path / "cache")
+    commit = hub.repos[("dataset", REPO_ID)].branches["main"]
+    assert corpus.url == f"hf://datasets/{REPO_ID}@{commit[:12]}" and corpus.manifest == local.manifest
+    chosen = picks(local)
+    assert corpus.rows("train", chosen) == local.rows("train", chosen)
+    downloads = [(path, status) for method, path, status in hub.requests if "/resolve/" in path and
+                 path.endswith(".parquet")]
+    assert downloads and all(status == 206 for _, status in downloads)  # ranged reads, never a whole shard
+    assert all(f"/resolve/{commit}/" in path for path, _ in downloads)
+    assert hub.unknown_routes == []
+
+
+def test_a_push_during_training_does_not_change_what_an_open_corpus_reads(local, hub, tmp_path):
+    from huggingface_hub import HfApi
+
+    corpus = PreparedCorpus.open(REPO_ID, endpoint=hub.url, cache_dir=tmp_path / "cache")
+    name = "data/train-00000-of-00002.parquet"
+    HfApi(endpoint=hub.url, token=HubServer.WRITE_TOKEN).upload_file(
+        path_or_fileobj=b"not the same shard", path_in_repo=name, repo_id=REPO_ID, repo_type="dataset")
+    assert corpus.rows("train", [0, 1]) == local.rows("train", [0, 1])  # still the commit it opened
+    with pytest.raises(PreparedDataError, match=f"shard {name} of hf://datasets/{REPO_ID}@.* has 18 bytes"):
+        PreparedCorpus.open(REPO_ID, endpoint=hub.url, cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("kind", ["500", "short", "silent"])
+def test_hub_faults_are_retried_then_stop_in_one_line_naming_shard_and_url(local, hub, tmp_path, kind):
+    corpus = PreparedCorpus.open(REPO_ID, endpoint=hub.url, cache_dir=tmp_path / "cache", timeout=3)
+    hub.fault = Fault(kind, times=2, seconds=1.2)
+    assert corpus.rows("train", [0, 1]) == local.rows("train", [0, 1])  # after two failed attempts
+    assert hub.fault.served == 2
+    hub.fault = Fault(kind, seconds=30)
+    began = time.monotonic()
+    with pytest.raises(ShardReadError) as caught:
+        corpus.rows("train", [local.num_rows("train") - 1])
+    assert time.monotonic() - began < 6
+    message = str(caught.value)
+    assert "\n" not in message and "data/train-00001-of-00002.parquet" in message
+    assert f"hf://datasets/{REPO_ID}@" in message and hub.fault.served >= 2
+
+
+def test_a_missing_hub_repo_or_revision_is_named(hub, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no Hub dataset repo user/nothing"):
+        PreparedCorpus.open("user/nothing", endpoint=hub.url, cache_dir=tmp_path / "cache")
+    with pytest.raises(FileNotFoundError, match="has no revision 'v9'"):
+        PreparedCorpus.open(f"hf://datasets/{REPO_ID}@v9", endpoint=hub.url, cache_dir=tmp_path / "cache")
