@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
+import pickle
 import struct
 import uuid
 from collections.abc import Iterable, Iterator
@@ -40,7 +42,7 @@ from .pipeline import PoolBuilder, shuffled_table
 from .report import line_sketch, summarize_pools, summarize_rows, table_digest
 from .sources import DocumentRows, TextFiles
 
-__all__ = ["ROW_GROUP_SIZE", "SPLITS", "ShardTask", "build_shard", "parquet_bytes", "shard_file"]
+__all__ = ["ROW_GROUP_SIZE", "SPLITS", "ShardTask", "build_shard", "parquet_bytes", "shard_file", "warm_builder"]
 
 SPLITS = ("train", "validation")
 _SPLIT_CODE = {"train": 0, "validation": 1}
@@ -112,15 +114,36 @@ def _split_pools(documents: Iterable, task: ShardTask) -> Iterator[tuple[str, in
             yield split, first[split], buffers[split]
 
 
+# The builder a worker process keeps between its tasks, by the digest of its settings.
+_WARM_BUILDER: dict[bytes, PoolBuilder] = {}
+
+
+def warm_builder(builder: PoolBuilder) -> PoolBuilder:
+    """In a worker process, the first builder it was sent with these settings; else ``builder`` itself.
+
+    Every task travels with its own copy of the builder, unpickled without its tokenizer objects and word cache
+    (:class:`~hfbert.data.pipeline.PoolBuilder`); the copy a worker keeps has them built and the cache filled by
+    its earlier shards, as the caller's builder has in this process.  Either gives the same rows: the cache only
+    remembers each word's pieces."""
+    if multiprocessing.parent_process() is None:  # this process: the caller's builder is warm already
+        return builder
+    key = hashlib.blake2b(pickle.dumps(builder, protocol=pickle.HIGHEST_PROTOCOL), digest_size=16).digest()
+    if key not in _WARM_BUILDER:
+        _WARM_BUILDER.clear()  # another build's settings: keep one builder, not one per build
+        _WARM_BUILDER[key] = builder
+    return _WARM_BUILDER[key]
+
+
 def build_shard(task: ShardTask) -> dict:
     """Build and write shard ``task.index`` of both splits; return its manifest entries and summaries."""
+    builder = warm_builder(task.builder)
     read_stats = ReadStats()
     tables: dict[str, list] = {split: [] for split in SPLITS}
     pool_stats: dict[str, list] = {split: [] for split in SPLITS}
     hashes: dict[str, list] = {split: [] for split in SPLITS}
     for split, first, documents in _split_pools(task.source.documents(task.index, task.num_shards, read_stats),
                                                 task):
-        table, stats, line_hashes = task.builder.build(
+        table, stats, line_hashes = builder.build(
             documents, first, task.source.split_units, stream=(_SPLIT_CODE[split], task.index),
             dupe_factor=1 if split == "validation" else None)
         tables[split].append(table)
