@@ -45,7 +45,7 @@ from hfbert.pretrain.checkpointing import (
 )
 from hfbert.pretrain.config import ConfigError, PretrainConfig
 from hfbert.pretrain.data import BUILTIN_CORPUS
-from hfbert.pretrain.recovery import RECOVERY_CHANGES, LossWatch, check_resume, last_good_checkpoint
+from hfbert.pretrain.recovery import RECOVERY_CHANGES, LossWatch, last_good_checkpoint, plan_start
 from hfbert.pretrain.tracking import read_jsonl
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -63,6 +63,7 @@ class FakeAccelerator:
     that every one holds what the step wrote."""
 
     is_main_process = True
+    num_processes = 1
 
     def wait_for_everyone(self) -> None:
         pass
@@ -251,6 +252,7 @@ def settings(prepared: Path, output_dir: Path, **overrides) -> dict:
         "max_time_minutes": None, "max_eval_examples": 24, "progress_bar": False, "report_to": ["jsonl"],
         "output_dir": str(output_dir), "fill_mask_text": "She was [MASK] happy.",
         "learning_rate": 5e-4,  # fixed here: the suggested recovery rates below are quarters of it
+        "mixed_precision": "no",  # fp32: the bitwise comparisons
     }
     return {**values, **overrides}
 
@@ -328,16 +330,16 @@ def test_a_diverging_run_recovers_with_a_lower_learning_rate_through_the_documen
     # Resuming the recovered run again compares with its settings as of the checkpoint, not as it started.
     started = json.loads((out / "pretrain_config.json").read_text())
     with pytest.raises(ConfigError, match=r"as of checkpoint-00000008: learning_rate \(5e-08 -> 0\.0005\)"):
-        check_resume(PretrainConfig.from_dict({**started, "resume": True}), out / "pretrain_config.json")
-    check_resume(PretrainConfig.from_dict({**started, "resume": True, "learning_rate": 5e-8}),
-                 out / "pretrain_config.json")
+        plan_start(PretrainConfig.from_dict({**started, "resume": True}), out / "pretrain_config.json")
+    plan_start(PretrainConfig.from_dict({**started, "resume": True, "learning_rate": 5e-8}),
+               out / "pretrain_config.json")
     with pytest.raises(ConfigError, match="resume_with_changes: batch_size cannot change on resume"):
-        check_resume(PretrainConfig.from_dict({**started, "resume_with_changes": ["batch_size"]}),
-                     out / "pretrain_config.json")
+        plan_start(PretrainConfig.from_dict({**started, "resume": True, "resume_with_changes": ["batch_size"]}),
+                   out / "pretrain_config.json")
     with pytest.raises(ConfigError, match=r"resume_from: there is no .*checkpoint-00000002 \(complete checkpoints: "
                                           r"checkpoint-00000006, checkpoint-00000007, checkpoint-00000008\)"):
-        check_resume(PretrainConfig.from_dict({**started, "resume_from": "checkpoint-00000002"}),
-                     out / "pretrain_config.json")
+        plan_start(PretrainConfig.from_dict({**started, "resume_from": "checkpoint-00000002"}),
+                   out / "pretrain_config.json")
     assert RECOVERY_CHANGES >= {"learning_rate", "warmup_ratio", "mixed_precision", "max_grad_norm"}
 
 

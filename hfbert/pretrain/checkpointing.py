@@ -1,9 +1,21 @@
 """Resumable training state on disk: atomic checkpoints, crash-safe keep-last-K, find the latest complete one.
 
 A checkpoint is a folder ``checkpoint-00000100`` holding ``accelerator.save_state`` output (model, optimizer,
-registered objects such as the LR scheduler, and every process's RNG states) plus ``hfbert_state.json`` (the step,
-the logging window, counters, and the list of the checkpoint's files with their sizes). These folders are resumable
-state, not the Hub-format export (``save_pretrained``), which lives beside them.
+registered objects such as the LR scheduler) plus ``hfbert_state.json`` (the step, the logging window, counters, and
+the list of the checkpoint's files with their sizes). These folders are resumable state, not the Hub-format export
+(``save_pretrained``), which lives beside them.
+
+Many machines, one disk that counts. Only the main process's output folder holds checkpoints; nothing a resume needs
+lives on any other machine, so a run whose other machines lost their disks resumes exactly:
+
+* Random state is not saved at all. Each optimizer step seeds torch's generators from ``(seed, step, rank)``
+  (:func:`seed_step`), so dropout at step ``s`` on process ``r`` is the same whatever happened before: in an
+  uninterrupted run, after a resume, with any number of machines. (accelerate still writes its ``random_states_*``
+  files; a resume ignores them, and a machine without the main's disk removes its copy after each save.)
+* Loading (:func:`load_checkpoint`): the main process reads the checkpoint and every other process receives the
+  model's weights, the optimizer's state and the schedule from it over the process group.
+* Decisions that read the output folder are taken on the main process and sent to the others, errors included
+  (:func:`from_main`), so every process takes the same branch and none waits for good in a collective.
 
 What makes it crash-safe, whenever the process dies:
 
@@ -16,32 +28,46 @@ What makes it crash-safe, whenever the process dies:
 * Starting: :func:`remove_incomplete` deletes what a crash left (``.tmp``, ``.deleting``), puts back a checkpoint
   that was being replaced, and prunes to ``keep_last`` -- so ``keep_last`` holds after any crash, from the next start.
 
+A full disk stops the run with :class:`DiskFullError`: one line naming the folder, the space the checkpoint needs and
+the complete checkpoint that is left, on every process. Freeing space and ``--resume`` continues exactly.
+
 Every step of save-and-prune calls :func:`_crash_hook` with one of :data:`CRASH_POINTS`; it does nothing, and the
 tests replace it to kill the process exactly there.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
 
 __all__ = [
     "CRASH_POINTS",
     "STATE_FILE",
+    "DiskFullError",
     "checkpoint_dir",
     "discard_after",
+    "from_main",
     "is_complete",
     "latest_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
     "missing_files",
+    "out_of_space",
     "read_state",
     "remove_incomplete",
     "save_checkpoint",
+    "seed_step",
+    "staged_folder",
 ]
 
 STATE_FILE = "hfbert_state.json"
@@ -65,8 +91,53 @@ CRASH_POINTS = (
 )
 
 
+_DROPOUT_STREAM = 0x64726F70  # separates the seeds of dropout from those of the masks and the held-out set
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
 def _crash_hook(point: str) -> None:
     """Called at each of :data:`CRASH_POINTS`; does nothing (tests replace it to kill the process there)."""
+
+
+class DiskFullError(OSError):
+    """A write ran out of space. The message is one line: the folder, the space it needs, what is left intact."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.errno = errno.ENOSPC
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Processes
+
+
+def _processes(accelerator) -> int:
+    return getattr(accelerator, "num_processes", 1)
+
+
+def from_main(accelerator, compute: Callable[[], Any]) -> Any:
+    """``compute()`` on the main process, and its result on every process; when it raises, every process raises
+    that error. For what only the main process can know (its output folder), so that all processes take the same
+    branch: none goes on into a collective that another has left."""
+    result = error = None
+    if accelerator.is_main_process:
+        try:
+            result = compute()
+        except Exception as err:  # sent to every process and raised there
+            error = err
+    if _processes(accelerator) > 1:
+        from accelerate.utils import broadcast_object_list
+
+        result, error = broadcast_object_list([result, error])
+    if error is not None:
+        raise error
+    return result
+
+
+def seed_step(seed: int, step: int, rank: int) -> None:
+    """Seed torch's generators (CPU and every GPU) for optimizer step ``step`` on process ``rank``: the step's random
+    numbers (dropout) follow from ``(seed, step, rank)`` alone, so no random state needs saving or sending."""
+    torch.manual_seed(int(np.random.SeedSequence([seed, _DROPOUT_STREAM, step, rank]).generate_state(1)[0]))
 
 
 def checkpoint_dir(output_dir: str | Path, step: int) -> Path:
@@ -245,20 +316,26 @@ def _file_sizes(folder: Path) -> dict[str, int]:
 def save_checkpoint(accelerator, output_dir: str | Path, step: int, state: dict[str, Any], keep_last: int) -> Path:
     """Write a checkpoint of ``step`` atomically and keep only the ``keep_last`` newest. Call on every process.
 
-    ``state`` is the JSON-serialisable loop state (written by the main process). Raises ``OSError`` with the
-    folder named when the write fails; earlier checkpoints are left as they were.
+    ``state`` is the JSON-serialisable loop state (written by the main process). When a write fails anywhere, every
+    process raises the same ``OSError`` naming the folder (:class:`DiskFullError` when the disk is full, with the
+    space needed); earlier checkpoints are left as they were.
     """
     output_dir = Path(output_dir)
     final = checkpoint_dir(output_dir, step)
     scratch = final.with_name(final.name + _WRITING)
-    if accelerator.is_main_process and scratch.exists():
-        shutil.rmtree(scratch)
-    accelerator.wait_for_everyone()
+    from_main(accelerator, lambda: shutil.rmtree(scratch) if scratch.exists() else None)
     try:
-        # Pickled tensors: safetensors cannot hold the tied decoder/embedding pair without dropping one of them.
-        accelerator.save_state(str(scratch), safe_serialization=False)
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
+        try:
+            # Pickled tensors: safetensors cannot hold the tied decoder/embedding pair without dropping one of them.
+            accelerator.save_state(str(scratch), safe_serialization=False)
+            failed = None
+        except Exception as err:  # a full disk is a RuntimeError of torch's writer, not always an OSError
+            failed = err
+        failed = _first_of_all(accelerator, failed)
+        if failed is not None:
+            raise failed
+
+        def publish() -> None:
             _crash_hook("saved_state")
             # Written last and listing every other file: a folder counts as a checkpoint only when all are there.
             record = {**state, "step": step, "files": _file_sizes(scratch)}
@@ -270,24 +347,141 @@ def save_checkpoint(accelerator, output_dir: str | Path, step: int, state: dict[
             _crash_hook("published")
             _prune(output_dir, keep_last)
             _crash_hook("pruned")
-    except OSError as err:
-        previous = latest_checkpoint(output_dir)
-        raise OSError(
-            f"could not write the checkpoint of step {step} to {scratch}: {err}. "
-            f"The latest complete checkpoint is {previous or 'none'} and was not modified."
-        ) from err
-    accelerator.wait_for_everyone()
+
+        from_main(accelerator, publish)
+    except Exception as err:
+        if not (isinstance(err, OSError) or out_of_space(err, scratch)):
+            raise
+        raise _write_error(err, output_dir, scratch, step) from err
+    if not accelerator.is_main_process and accelerator.is_local_main_process and scratch.exists():
+        shutil.rmtree(scratch, ignore_errors=True)  # this machine's copy of its random states; the main's disk counts
     return final
 
 
-def load_checkpoint(accelerator, path: str | Path) -> dict[str, Any]:
-    """Restore model, optimizer, registered objects and RNG states from ``path``; returns the loop state
-    (without the file list)."""
+def _first_of_all(accelerator, error: BaseException | None) -> BaseException | None:
+    """The first error (by process) of those the processes had, on every process."""
+    if _processes(accelerator) == 1:
+        return error
+    from accelerate.utils import gather_object
+
+    return next((e for e in gather_object([error]) if e is not None), None)
+
+
+def folder_size(folder: str | Path) -> int:
+    """Bytes in the files under ``folder``."""
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 2**20:,.1f} MB"
+
+
+def out_of_space(err: BaseException, folder: Path) -> bool:
+    """Whether ``err`` (or a cause) is a full disk. torch's and safetensors' writers do not raise OSError for it
+    (torch: ``RuntimeError: ... unexpected pos``; safetensors: ``SafetensorError: ... os error 28``)."""
+    seen = 0
+    while err is not None and seen < 10:
+        text = str(err)
+        if getattr(err, "errno", None) in _NO_SPACE or "No space left" in text or "os error 28" in text:
+            return True
+        if "unexpected pos" in text or "file write failed" in text:  # torch's zip writer: check the disk itself
+            with contextlib.suppress(OSError):
+                return shutil.disk_usage(_existing(folder)).free < 2**20
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return False
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _write_error(err: BaseException, output_dir: Path, scratch: Path, step: int) -> OSError:
+    """One line for a checkpoint that could not be written: the folder, what happened, what is intact."""
+    previous = latest_checkpoint(output_dir)
+    intact = f"The latest complete checkpoint is {previous or 'none'} and was not modified"
+    if not out_of_space(err, scratch):
+        return OSError(f"could not write the checkpoint of step {step} to {scratch}: {err}. {intact}.")
+    written = folder_size(scratch) if scratch.is_dir() else 0
+    shutil.rmtree(scratch, ignore_errors=True)  # what was written of it: the space is needed
+    free = shutil.disk_usage(_existing(output_dir)).free
+    needed = (f"a checkpoint of this run takes {_megabytes(folder_size(previous))}" if previous is not None else
+              f"a checkpoint of this run takes more than {_megabytes(written)}")
+    return DiskFullError(
+        f"could not write the checkpoint of step {step} to {scratch}: No space left on device in {output_dir} "
+        f"({needed}, {_megabytes(free)} are free). {intact}; free some space and run the same command with "
+        "--resume to continue from it.")
+
+
+def load_checkpoint(accelerator, path: str | Path, *, model=None, optimizer=None, scheduler=None) -> dict[str, Any]:
+    """Restore a checkpoint on every process; returns the loop state (without the file list).
+
+    The main process reads ``path`` (model, optimizer, registered objects); the others receive the model's weights,
+    the optimizer's state and the schedule (``model``, ``optimizer``, ``scheduler``) from it, so they need no copy
+    of the checkpoint. Random states are not restored: :func:`seed_step` makes them unnecessary.
+    """
     path = Path(path)
-    missing = missing_files(path) if path.is_dir() else [str(path)]
-    if missing:
-        raise FileNotFoundError(f"{path} is not a complete hfbert checkpoint (missing: {', '.join(missing[:5])})")
-    accelerator.load_state(str(path))
-    state = read_state(path)
-    state.pop("files", None)
+
+    def load() -> dict[str, Any]:
+        missing = missing_files(path) if path.is_dir() else [str(path)]
+        if missing:
+            raise FileNotFoundError(f"{path} is not a complete hfbert checkpoint (missing: {', '.join(missing[:5])})")
+        accelerator.load_state(str(path))
+        state = read_state(path)
+        state.pop("files", None)
+        return state
+
+    state = from_main(accelerator, load)
+    if _processes(accelerator) > 1:
+        _send_from_main(accelerator, model, optimizer, scheduler)
     return state
+
+
+def _send_from_main(accelerator, model, optimizer, scheduler) -> None:
+    """Give every process the main process's weights (in place), optimizer state and schedule."""
+    from accelerate.utils import broadcast_object_list
+
+    for tensor in accelerator.unwrap_model(model).state_dict().values():
+        torch.distributed.broadcast(tensor, src=0)
+    scaler = getattr(accelerator, "scaler", None)
+    parts = [optimizer, scheduler, scaler]
+    states = broadcast_object_list([part.state_dict() if part is not None and accelerator.is_main_process else None
+                                    for part in parts])
+    if not accelerator.is_main_process:
+        for part, part_state in zip(parts, states):
+            if part is not None:
+                part.load_state_dict(part_state)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The exported folder
+
+
+@contextlib.contextmanager
+def staged_folder(folder: str | Path, last: str = "config.json") -> Iterator[Path]:
+    """Write files for ``folder`` into a scratch folder beside them, then move them in, ``last`` last.
+
+    A failed write (a full disk) leaves ``folder`` as it was and removes the scratch folder. The moves are renames
+    on the same filesystem (no space needed); ``folder/last`` is removed before them and put back after, so a reader
+    that needs it (``from_pretrained`` needs config.json) never sees new files beside old ones.
+    """
+    folder = Path(folder)
+    scratch = folder / f".{last}.staged{_WRITING}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    try:
+        yield scratch
+        _fsync_tree(scratch)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    (folder / last).unlink(missing_ok=True)
+    _fsync_dir(folder)
+    for path in sorted(scratch.iterdir(), key=lambda p: p.name == last):
+        target = folder / path.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(path, target)
+    _fsync_dir(folder)
+    scratch.rmdir()

@@ -12,9 +12,10 @@ The loop (after transformers' ``run_mlm_no_trainer.py`` and accelerate's ``nlp_e
     -> [resume] -> train (log, evaluate, checkpoint) -> evaluate -> export (save_pretrained, card, curve) -> push
 
 What makes it exactly resumable: batches come from :class:`~hfbert.pretrain.data.BatchPlan` (rows by arithmetic on
-the step), dynamic masks from a generator seeded by the step, and a checkpoint holds model, optimizer, schedule,
-every process's RNG states and the logging window. A resumed run computes bit for bit what an uninterrupted one
-does (fp32 on a CPU), and logs the same lines.
+the step), dynamic masks from a generator seeded by the step, dropout from generators seeded by (seed, step,
+process) at each step, and a checkpoint on the main process's disk holds model, optimizer, schedule and the logging
+window (:mod:`~hfbert.pretrain.checkpointing`). A resumed run computes bit for bit what an uninterrupted one does
+(fp32 on a CPU), on any number of machines, and logs the same lines.
 
 Outputs in ``output_dir``: ``config.json`` (with ``auto_map``) and ``model.safetensors`` plus the modeling files,
 the tokenizer files, ``README.md`` (model card), ``metrics.json``, ``loss_curve.png``, ``pretrain_config.json``;
@@ -38,18 +39,26 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
-from transformers import pipeline, set_seed
+from transformers import pipeline
 
-from ..arguments import UsageError
+from ..arguments import run_command
 from ..configuration_hfbert import HfBertConfig
 from ..hub import DEFAULT_IGNORE_PATTERNS, push_to_hub
 from ..modelcard import write_pretrained_card
 from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
-from .checkpointing import list_checkpoints, save_checkpoint
+from .checkpointing import DiskFullError, from_main, out_of_space, save_checkpoint, seed_step, staged_folder
 from .config import ConfigError, Phase, PretrainConfig, command_parser, resolve_phases
 from .data import PREPARED_DIR, BatchPlan, TrainingData, check_sources, collate, load_training_data
-from .recovery import LossWatch, check_resume, diverged_message, prepare_output_dir, record_divergence, resume_run
+from .recovery import (
+    LossWatch,
+    RunStart,
+    diverged_message,
+    plan_start,
+    prepare_output_dir,
+    record_divergence,
+    resume_run,
+)
 from .tracking import JsonlTracker, read_jsonl
 
 __all__ = ["PretrainResult", "TrainingDivergedError", "main", "pretrain", "preflight"]
@@ -66,7 +75,12 @@ _STATS = ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "mlm_total", "nsp_corre
 
 class TrainingDivergedError(RuntimeError):
     """The loss became NaN or infinite, or spiked; the weights of that step were not updated. The message names
-    the last good checkpoint and the command that resumes from it with a lower learning rate."""
+    the last good checkpoint and the command that resumes from it with a lower learning rate. Every process raises
+    it at the same ``step`` with the same message."""
+
+    def __init__(self, message: str, step: int | None = None):
+        super().__init__(message)
+        self.step = step
 
 
 @dataclass
@@ -93,12 +107,6 @@ class LoopState:
 # Before any work
 
 
-def _existing_run(output_dir: Path) -> list[str]:
-    markers = [p.name for _, p in list_checkpoints(output_dir)]
-    markers += [name for name in (CONFIG_FILE, "config.json") if (output_dir / name).is_file()]
-    return markers
-
-
 def _check_writable(output_dir: Path) -> None:
     if output_dir.exists() and not output_dir.is_dir():
         raise ConfigError(f"output_dir {output_dir} exists and is not a folder")
@@ -111,26 +119,20 @@ def _check_writable(output_dir: Path) -> None:
         raise ConfigError(f"output_dir {output_dir} is not writable: {err.strerror or err}") from None
 
 
-def _check_resume(config: PretrainConfig, output_dir: Path) -> None:
-    existing = _existing_run(output_dir)
-    if config.resume:
-        check_resume(config, output_dir / CONFIG_FILE)
-    elif existing and not config.overwrite_output_dir:
-        raise ConfigError(
-            f"output_dir {output_dir} already holds a run ({', '.join(existing[:4])}); pass --resume to continue it "
-            "or --overwrite_output_dir true to start over"
-        )
-
-
-def preflight(config: PretrainConfig) -> None:
+def preflight(config: PretrainConfig, accelerator=None) -> RunStart:
     """Every check that can fail without doing the work: inputs exist, hardware fits, the output folder is
-    writable and consistent with resume/overwrite. Raises :class:`ConfigError`."""
+    writable and consistent with resume/overwrite. Returns how the run starts (:func:`~hfbert.pretrain.recovery.
+    plan_start`: fresh, or the checkpoint to resume and the changes in force). Raises :class:`ConfigError`.
+
+    With an ``accelerator``, the output folder's verdict is the main process's (the other machines need not see
+    its disk), and every process gets it -- or raises the same error."""
     check_sources(config)
     if config.mixed_precision == "fp16" and not torch.cuda.is_available():
         raise ConfigError("mixed_precision fp16 needs a GPU; use bf16 or no on a CPU")
     output_dir = Path(config.output_dir)
     _check_writable(output_dir)
-    _check_resume(config, output_dir)
+    plan = lambda: plan_start(config, output_dir / CONFIG_FILE)  # noqa: E731
+    return plan() if accelerator is None else from_main(accelerator, plan)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -150,24 +152,27 @@ def _make_accelerator(config: PretrainConfig):
     )
 
 
-def _start_output_dir(config: PretrainConfig, accelerator) -> None:
-    """Clear what a previous run left (when overwriting, or a half-written checkpoint)."""
+def _start_output_dir(config: PretrainConfig, accelerator, start: RunStart) -> None:
+    """Clear what a previous run left: for a resume, what a crash left and (resume_from) the abandoned checkpoints;
+    for a fresh run, everything a previous run there wrote that this one replaces."""
     output_dir = Path(config.output_dir)
     if accelerator.is_main_process:
-        prepare_output_dir(config)  # what a crash left; with resume_from, the checkpoints after it
-        if not config.resume:
-            for _, path in list_checkpoints(output_dir):
-                shutil.rmtree(path)
+        if start.resuming:
+            prepare_output_dir(config, start)
+        else:
+            for path in output_dir.glob("checkpoint-*"):  # complete or not
+                if path.is_dir():
+                    shutil.rmtree(path)
             shutil.rmtree(output_dir / PREPARED_DIR, ignore_errors=True)  # prepared again for these settings
             (output_dir / LOG_FILE).unlink(missing_ok=True)
             (output_dir / CONFIG_FILE).unlink(missing_ok=True)
     accelerator.wait_for_everyone()
 
 
-def _record_settings(config: PretrainConfig, accelerator) -> None:
+def _record_settings(config: PretrainConfig, accelerator, start: RunStart) -> None:
     """Mark the folder as holding this run, once the data and the model have passed their checks (a run that
     stopped at a check leaves nothing a retry must --overwrite)."""
-    if accelerator.is_main_process and not config.resume:
+    if accelerator.is_main_process and not start.resuming:
         path = Path(config.output_dir) / CONFIG_FILE
         path.write_text(json.dumps(config.to_dict(), indent=1), encoding="utf-8")
 
@@ -265,6 +270,7 @@ class _Loop:
         """
         accelerator, config, step = self.accelerator, self.config, self.state.step
         phase = self.phase_at(step)
+        seed_step(config.seed, step, accelerator.process_index)  # this step's dropout: nothing to save or restore
         accumulation = config.gradient_accumulation_steps
         started = time.monotonic()
         first = (step - phase.first_step) * accumulation
@@ -287,7 +293,7 @@ class _Loop:
         problem = self.watch.problem(loss)
         if problem is not None:
             self.optimizer.zero_grad(set_to_none=True)
-            raise TrainingDivergedError(self._diverged_message(problem, loss, step + 1))
+            raise self._diverged(problem, loss, step + 1)
         self.watch.add(loss)
         if config.max_grad_norm > 0:
             accelerator.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
@@ -305,10 +311,14 @@ class _Loop:
         batch = collate(self.data.collators[length], examples, plan.mask_seed(micro, rank))
         return {name: tensor.to(self.accelerator.device) for name, tensor in batch.items()}
 
-    def _diverged_message(self, problem: str, loss: float, step: int) -> str:
-        if self.accelerator.is_main_process:
+    def _diverged(self, problem: str, loss: float, step: int) -> TrainingDivergedError:
+        """The error every process raises at the step whose (all-reduced) loss went wrong: recorded in the log and
+        worded once, on the main process, which holds the checkpoints the message names."""
+        def record() -> str:
             record_divergence(self.output_dir / LOG_FILE, step, loss, problem)
-        return diverged_message(self.config, step, problem, self.output_dir / CONFIG_FILE)
+            return diverged_message(self.config, step, problem, self.output_dir / CONFIG_FILE)
+
+        return TrainingDivergedError(from_main(self.accelerator, record), step=step)
 
     def log_window(self) -> float:
         """Log the averages over the steps since the last log line; returns the mean loss."""
@@ -404,14 +414,12 @@ def _batch_stats(outputs, batch: dict[str, torch.Tensor], num_items: float | Non
 # The job
 
 
-def _resume(config: PretrainConfig, accelerator, optimizer, scheduler) -> LoopState:
-    """Load the latest (or the chosen) checkpoint, apply the settings changed for recovery, and cut the log back to
-    its step (lines a killed run wrote after it); see :mod:`~hfbert.pretrain.recovery`."""
-    output_dir = Path(config.output_dir)
-    path, saved = resume_run(config, accelerator, optimizer, scheduler, config_path=output_dir / CONFIG_FILE,
-                             log_path=output_dir / LOG_FILE)
+def _resume(start: RunStart, config: PretrainConfig, accelerator, model, optimizer, scheduler) -> LoopState:
+    """Load the planned checkpoint on every process, apply the settings changed for recovery, and cut the log back
+    to its step (lines a killed run wrote after it); see :mod:`~hfbert.pretrain.recovery`."""
+    saved = resume_run(start, accelerator, model, optimizer, scheduler, log_path=Path(config.output_dir) / LOG_FILE)
     state = LoopState(**{k: v for k, v in saved.items() if k in LoopState.__dataclass_fields__})
-    accelerator.print(f"resumed from {path} at step {state.step}")
+    accelerator.print(f"resumed from {start.checkpoint} at step {state.step}")
     return state
 
 
@@ -425,21 +433,20 @@ def _tracker_config(config: PretrainConfig, data: TrainingData) -> dict[str, Any
 
 def pretrain(config: PretrainConfig) -> PretrainResult:
     """The whole job; see the module docstring. Raises :class:`ConfigError` before any work for bad settings,
-    :class:`TrainingDivergedError` when the loss stops being finite."""
-    preflight(config)
+    :class:`TrainingDivergedError` when the loss stops being finite, :class:`~hfbert.pretrain.checkpointing.
+    DiskFullError` when a checkpoint or the export does not fit on the disk."""
     phases = resolve_phases(config)
     accelerator = _make_accelerator(config)
-    accelerator.wait_for_everyone()  # every process has checked the output folder before anything is written
-    _start_output_dir(config, accelerator)
+    start = preflight(config, accelerator)  # fresh, or the checkpoint to resume: the same on every process
+    _start_output_dir(config, accelerator, start)
     data = load_training_data(config, accelerator, [p.max_seq_length for p in phases])
     model = _build_model(config, data)
-    _record_settings(config, accelerator)
+    _record_settings(config, accelerator, start)
     optimizer, scheduler = _build_optimizer(config, model)
     model, optimizer = accelerator.prepare(model, optimizer)
     # The schedule is stepped here once per optimizer step; accelerate's wrapper would step it once per process.
     accelerator.register_for_checkpointing(scheduler)
-    set_seed(config.seed + accelerator.process_index)  # dropout differs between processes, not between starts
-    state = _resume(config, accelerator, optimizer, scheduler) if config.resume else LoopState()
+    state = _resume(start, config, accelerator, model, optimizer, scheduler) if start.resuming else LoopState()
     accelerator.init_trackers("hfbert-pretrain", config=_tracker_config(config, data))
     loop = _Loop(config, accelerator, model, optimizer, scheduler, data, phases, state)
     try:
@@ -453,9 +460,8 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
         if state.step % config.eval_steps != 0:  # else the loop has just logged this evaluation
             accelerator.log({k: v for k, v in metrics.items() if k.startswith("eval_")}, step=state.step)
         result = PretrainResult(Path(config.output_dir), metrics)
-        if accelerator.is_main_process:
-            result.fill_mask = _export(config, accelerator.unwrap_model(model), data, metrics, phases)
-        accelerator.wait_for_everyone()
+        export = lambda: _export(config, accelerator.unwrap_model(model), data, metrics, phases)  # noqa: E731
+        result.fill_mask = from_main(accelerator, export)
     finally:
         accelerator.end_training()
     if config.push_to_hub and accelerator.is_main_process:
@@ -464,16 +470,32 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
 
 
 def _export(config, model, data: TrainingData, metrics: dict, phases) -> list[dict]:
-    """Write the Hub-format folder: model, tokenizer, metrics, loss curve, fill-mask example, model card."""
+    """Write the Hub-format folder: model, tokenizer, metrics, loss curve, fill-mask example, model card.
+
+    The files are written beside the folder and moved in once all are written, config.json last
+    (:func:`~hfbert.pretrain.checkpointing.staged_folder`): a full disk leaves no half-written model that
+    ``from_pretrained`` would load, and the error names the folder and the space the export needs."""
     output_dir = Path(config.output_dir)
-    model.save_pretrained(output_dir)
-    data.tokenizer.save_pretrained(output_dir)
-    (output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
-    records = read_jsonl(output_dir / LOG_FILE)
-    curve = plot_curve(records, output_dir / CURVE_FILE, baselines=data.stats)
-    fill_mask = fill_mask_example(output_dir, config.fill_mask_text)
-    write_pretrained_card(output_dir, config=config, model_config=model.config, stats=data.stats, metrics=metrics,
-                          phases=phases, curve=curve, fill_mask=fill_mask, fill_mask_text=config.fill_mask_text)
+    try:
+        with staged_folder(output_dir, last="config.json") as folder:
+            model.save_pretrained(folder)
+            data.tokenizer.save_pretrained(folder)
+            (folder / METRICS_FILE).write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
+            records = read_jsonl(output_dir / LOG_FILE)
+            curve = plot_curve(records, folder / CURVE_FILE, baselines=data.stats)
+            fill_mask = fill_mask_example(folder, config.fill_mask_text)
+            write_pretrained_card(folder, config=config, model_config=model.config, stats=data.stats,
+                                  metrics=metrics, phases=phases, curve=curve, fill_mask=fill_mask,
+                                  fill_mask_text=config.fill_mask_text)
+    except Exception as err:
+        if not out_of_space(err, output_dir):
+            raise
+        needed = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        raise DiskFullError(
+            f"could not write the exported model to {output_dir}: No space left on device (the weights alone take "
+            f"about {needed / 2**20:,.1f} MB, {shutil.disk_usage(output_dir).free / 2**20:,.1f} MB are free). The "
+            "folder holds no half-written model and the last checkpoint is complete; free some space and run the "
+            "same command with --resume to export it.") from err
     return fill_mask
 
 
@@ -541,22 +563,26 @@ def _summary(result: PretrainResult, text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``hfbert pretrain [--config FILE] [--key value ...]``; exit status 2 for bad settings (one line naming the
-    setting, before any work), 1 for a divergence."""
+    setting, before any work), 1 for a divergence or a full disk (one line, from the main process only)."""
     parser = command_parser()
-    try:
+
+    def run() -> int:
         config = parser.parse_values(sys.argv[1:] if argv is None else argv)
-        preflight(config)
-    except UsageError as err:
-        print(f"{parser.prog}: error: {err}", file=sys.stderr)
-        return 2
-    try:
-        result = pretrain(config)
-    except UsageError as err:  # found once the data is open (a downloaded folder of the wrong length, ...)
-        print(f"{parser.prog}: error: {err}", file=sys.stderr)
-        return 2
-    except TrainingDivergedError as err:
-        print(f"{parser.prog}: {err}", file=sys.stderr)
-        return 1
-    if result.fill_mask:  # the main process
-        print(_summary(result, config.fill_mask_text))
-    return 0
+        try:
+            result = pretrain(config)
+        except (TrainingDivergedError, DiskFullError) as err:
+            if _is_main_process():
+                kind = "" if isinstance(err, TrainingDivergedError) else "error: "
+                print(f"{parser.prog}: {kind}{err}", file=sys.stderr)
+            return 1
+        if result.fill_mask:  # the main process
+            print(_summary(result, config.fill_mask_text))
+        return 0
+
+    return run_command(parser.prog, run)
+
+
+def _is_main_process() -> bool:
+    from accelerate import PartialState
+
+    return PartialState().is_main_process

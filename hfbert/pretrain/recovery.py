@@ -16,6 +16,11 @@ resuming a diverged run unchanged diverges again at the same step. The recovery 
     hfbert pretrain --config OUT/pretrain_config.json --resume_from checkpoint-00000400 \\
         --resume_with_changes learning_rate --learning_rate 1e-4
 
+Where it is decided. :func:`plan_start` is the one place that decides how a run starts in its output folder: fresh
+(refusing a folder that holds a run, unless overwriting), or from which checkpoint, with which settings allowed to
+differ and which changes in force -- checked before any work, on the main process, whose verdict every process
+gets. :func:`resume_run` then loads what the plan names and applies its changes.
+
 ``--resume_from`` picks the checkpoint (later ones belong to the abandoned trajectory and are deleted);
 ``--resume_with_changes`` names the settings allowed to differ (:data:`RECOVERY_CHANGES`: learning rate, warmup,
 precision, clipping, weight decay, Adam's betas and epsilon). Every such resume is written into the run's history
@@ -31,6 +36,7 @@ import json
 import math
 import shlex
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +45,7 @@ from .checkpointing import (
     is_complete,
     latest_checkpoint,
     list_checkpoints,
+    from_main,
     load_checkpoint,
     missing_files,
     read_state,
@@ -50,10 +57,11 @@ from .tracking import read_jsonl
 __all__ = [
     "RECOVERY_CHANGES",
     "LossWatch",
-    "check_resume",
+    "RunStart",
     "diverged_message",
     "effective_settings",
     "last_good_checkpoint",
+    "plan_start",
     "prepare_output_dir",
     "resume_checkpoint",
     "resume_run",
@@ -203,22 +211,53 @@ def effective_settings(started: dict[str, Any], history: list[dict]) -> dict[str
     return settings
 
 
-def check_resume(config: PretrainConfig, config_path: Path) -> None:
-    """Before any work: the checkpoint to resume from exists and is complete, and every setting that differs from
-    the run (as of that checkpoint) may differ -- freely (RESUMABLE_CHANGES) or because ``resume_with_changes``
-    lists it. Raises :class:`ConfigError`."""
+@dataclass(frozen=True)
+class RunStart:
+    """How a run starts in its output folder (:func:`plan_start`): fresh, or from ``checkpoint`` (of ``step``) with
+    ``changes`` in force -- the recovery settings that differ from the run as of that checkpoint, as
+    ``{name: {"from": old, "to": new}}``."""
+
+    checkpoint: Path | None = None
+    step: int = 0
+    changes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    chosen: bool = False  # resume_from: the checkpoints after ``step`` are an abandoned trajectory
+
+    @property
+    def resuming(self) -> bool:
+        return self.checkpoint is not None
+
+
+def _existing_run(output_dir: Path, config_path: Path) -> list[str]:
+    markers = [p.name for _, p in list_checkpoints(output_dir)]
+    return markers + [p.name for p in (config_path, output_dir / "config.json") if p.is_file()]
+
+
+def plan_start(config: PretrainConfig, config_path: Path) -> RunStart:
+    """Before any work: how the run starts. Fresh: the output folder holds no run, or ``overwrite_output_dir``.
+    Resuming: the checkpoint exists and is complete, and every setting that differs from the run (as of that
+    checkpoint) may differ -- freely (RESUMABLE_CHANGES) or because ``resume_with_changes`` lists it.
+    ``config_path`` holds the settings the run started with. Raises :class:`ConfigError` naming what is wrong."""
     output_dir = Path(config.output_dir)
+    if not config.resume:
+        existing = _existing_run(output_dir, config_path)
+        if existing and not config.overwrite_output_dir:
+            raise ConfigError(
+                f"output_dir {output_dir} already holds a run ({', '.join(existing[:4])}); pass --resume to continue "
+                "it or --overwrite_output_dir true to start over")
+        return RunStart()
     checkpoint = resume_checkpoint(config, output_dir)
     listed = _listed_changes(config)
     unknown = sorted(listed - RECOVERY_CHANGES)
     if unknown:
         raise ConfigError(f"resume_with_changes: {', '.join(unknown)} cannot change on resume; the settings that "
                           f"can are {', '.join(sorted(RECOVERY_CHANGES))}")
-    if not config_path.is_file():
-        raise ConfigError(f"resume: {config_path} is missing, so the run's settings are unknown; start over with "
-                          "--overwrite_output_dir true")
-    started = json.loads(config_path.read_text(encoding="utf-8"))
-    saved = effective_settings(started, (read_state(checkpoint) or {}).get("history", []))
+    try:
+        started = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ConfigError(f"resume: {config_path} is missing or unreadable, so the run's settings are unknown; start "
+                          "over with --overwrite_output_dir true") from None
+    state = read_state(checkpoint) or {}
+    saved = effective_settings(started, state.get("history", []))
     current = config.to_dict()
     changed = sorted(k for k in current if k not in RESUMABLE_CHANGES and saved.get(k) != current[k])
     refused = [k for k in changed if k not in listed]
@@ -235,23 +274,21 @@ def check_resume(config: PretrainConfig, config_path: Path) -> None:
     if "mixed_precision" in changed and current["mixed_precision"] == "fp16":
         raise ConfigError("resume_with_changes: mixed_precision can change to no or bf16 on resume, not to fp16 "
                           "(the checkpoint holds no fp16 loss-scale state)")
+    changes = {name: {"from": saved.get(name), "to": current[name]} for name in changed}
+    return RunStart(checkpoint, int(state["step"]), changes, chosen=config.resume_from is not None)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Starting: the output folder, loading, applying the changes, the history
 
 
-def prepare_output_dir(config: PretrainConfig) -> None:
-    """Main process, before training: clean up what a crash left; when resuming from a chosen checkpoint, delete
-    the later ones (the trajectory it abandons); then keep ``keep_last`` checkpoints."""
+def prepare_output_dir(config: PretrainConfig, start: RunStart) -> None:
+    """Main process, before a resumed run trains: clean up what a crash left; when resuming from a chosen
+    checkpoint, delete the later ones (the trajectory it abandons); then keep ``keep_last`` checkpoints."""
     output_dir = Path(config.output_dir)
-    if not config.resume:
-        remove_incomplete(output_dir)
-        return
     remove_incomplete(output_dir)
-    if config.resume_from is not None:
-        chosen = resume_checkpoint(config, output_dir)
-        discard_after(output_dir, (read_state(chosen) or {})["step"])
+    if start.chosen:
+        discard_after(output_dir, start.step)
     remove_incomplete(output_dir, keep_last=config.keep_last)
 
 
@@ -298,30 +335,25 @@ def _rewrite_log(log_path: Path, step: int, record: dict | None) -> None:
     scratch.replace(log_path)
 
 
-def resume_run(config: PretrainConfig, accelerator, optimizer, scheduler, *, config_path: Path,
-               log_path: Path) -> tuple[Path, dict[str, Any]]:
-    """Load the checkpoint to resume from (every process), apply the listed changes, record them in the history
-    (the returned state's ``history`` and the log) and cut the log back to the checkpoint's step. Returns the
-    checkpoint and the loop state it holds."""
-    path = resume_checkpoint(config)
+def resume_run(start: RunStart, accelerator, model, optimizer, scheduler, *, log_path: Path) -> dict[str, Any]:
+    """Load the planned checkpoint (the main process reads it, every process gets it), apply the planned changes,
+    record them in the history (the returned state's ``history`` and the log) and cut the log back to the
+    checkpoint's step. Returns the loop state the checkpoint holds."""
     fresh = _fresh_hyperparameters(optimizer, scheduler)
-    saved = load_checkpoint(accelerator, path)
-    step, history = saved["step"], list(saved.get("history", []))
-    started = json.loads(config_path.read_text(encoding="utf-8"))
-    settings, current = effective_settings(started, history), config.to_dict()
-    changed = {name: {"from": settings.get(name), "to": current[name]} for name in sorted(RECOVERY_CHANGES)
-               if settings.get(name) != current[name]}
-    _apply_changes(changed, fresh, optimizer, scheduler)
-    record = None
-    if changed or config.resume_from is not None:
-        entry = {"step": step, "checkpoint": path.name, "changed": changed}
-        abandoned = [r for r in read_jsonl(log_path) if r.get("event") == DIVERGED and r.get("step", 0) > step]
-        if abandoned:
-            entry["diverged"] = {k: abandoned[-1][k] for k in ("step", "loss", "reason") if k in abandoned[-1]}
-        history.append(entry)
-        record = {"step": step, "event": RESUMED, **{k: v for k, v in entry.items() if k != "step"}}
-    saved["history"] = history
-    if accelerator.is_main_process:
-        _rewrite_log(log_path, step, record)
-    accelerator.wait_for_everyone()
-    return path, saved
+    saved = load_checkpoint(accelerator, start.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler)
+    _apply_changes(start.changes, fresh, optimizer, scheduler)
+
+    def record_history() -> list[dict]:  # the log lives on the main process's disk
+        history, record = list(saved.get("history", [])), None
+        if start.changes or start.chosen:
+            entry = {"step": start.step, "checkpoint": start.checkpoint.name, "changed": start.changes}
+            abandoned = [r for r in read_jsonl(log_path) if r.get("event") == DIVERGED and r.get("step", 0) > start.step]
+            if abandoned:
+                entry["diverged"] = {k: abandoned[-1][k] for k in ("step", "loss", "reason") if k in abandoned[-1]}
+            history.append(entry)
+            record = {"step": start.step, "event": RESUMED, **{k: v for k, v in entry.items() if k != "step"}}
+        _rewrite_log(log_path, start.step, record)
+        return history
+
+    saved["history"] = from_main(accelerator, record_history)
+    return saved
