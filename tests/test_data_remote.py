@@ -1,7 +1,8 @@
 """Prepared corpora read on demand from remote storage (hfbert.data.remote): the same rows as the local folder,
 only the byte ranges of the row groups that hold them, a cache shared by processes, and faults -- a read that
 times out, answers 500 or brings fewer bytes than asked -- retried and then stopped with one line naming the shard
-and the URL; tested against the local Hub server (hf://) and a misbehaving fsspec filesystem.
+and the URL; tested against the local Hub server (hf://) and a misbehaving fsspec filesystem.  Last, a pretraining
+run reading hf:// killed with SIGKILL and resumed ends with the weights of the same run from the local folder.
 
 The corpus: the first 400 lines of the shipped Austen text, prepared once at length 64 (two shards of two row
 groups each).
@@ -10,6 +11,7 @@ groups each).
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -20,7 +22,9 @@ from pathlib import Path
 import fsspec
 import numpy as np
 import pytest
+import torch
 from fsspec.implementations.memory import MemoryFileSystem
+from safetensors.torch import load_file
 
 from hfbert.data import PreparedCorpus, PreparedDataError, prepare_corpus
 from hfbert.data.prepared import push_prepared
@@ -29,6 +33,7 @@ from hfbert.data.sources import BUILTIN_CORPUS
 from hub_server import Fault, HubServer, allow_hub_calls, hub_server  # noqa: F401
 
 REPO_ID = "user/austen-64"
+TINY_MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37}
 
 
 @pytest.fixture(scope="module")
@@ -310,3 +315,66 @@ def test_a_missing_hub_repo_or_revision_is_named(hub, tmp_path):
         PreparedCorpus.open("user/nothing", endpoint=hub.url, cache_dir=tmp_path / "cache")
     with pytest.raises(FileNotFoundError, match="has no revision 'v9'"):
         PreparedCorpus.open(f"hf://datasets/{REPO_ID}@v9", endpoint=hub.url, cache_dir=tmp_path / "cache")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# SIGKILL during a run that reads hf://, then resume: the weights of the same run from the local folder
+
+STEPS = 8
+
+KILL_AFTER_CHECKPOINT = """
+    import os, signal, sys, torch
+    torch.set_num_threads(1)
+    import hfbert.pretrain.checkpointing as checkpointing
+    from hfbert.pretrain import main
+
+    publish = checkpointing._publish
+
+    def publish_then_die(scratch, final):
+        publish(scratch, final)
+        if final.name == sys.argv[2]:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    checkpointing._publish = publish_then_die
+    sys.exit(main(["--config", sys.argv[1]]))
+"""
+
+
+def run_settings(prepared: str, output_dir: Path, **overrides) -> dict:
+    return {"prepared": [prepared], "preset": "tiny", "model": dict(TINY_MODEL), "batch_size": 8,
+            "max_seq_length": 64, "max_steps": STEPS, "logging_steps": 1, "eval_steps": 4, "save_steps": 2,
+            "keep_last": 3, "max_time_minutes": None, "max_eval_examples": 24, "progress_bar": False,
+            "report_to": ["jsonl"], "output_dir": str(output_dir), "fill_mask_text": "She was [MASK] happy.",
+            "mixed_precision": "no", **overrides}
+
+
+def test_sigkill_while_reading_hf_then_resume_gives_the_weights_of_the_local_run(folder, hub, tmp_path):
+    from hfbert.pretrain import PretrainConfig, pretrain
+    from hfbert.pretrain.checkpointing import list_checkpoints
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # bitwise comparison with the subprocesses' single-threaded kernels
+    try:
+        pretrain(PretrainConfig.from_dict(run_settings(str(folder), tmp_path / "local")))
+    finally:
+        torch.set_num_threads(threads)
+    output_dir = tmp_path / "remote"
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(run_settings(f"hf://datasets/{REPO_ID}", output_dir)), encoding="utf-8")
+    env = hub.client_env(tmp_path / "home") | {"TOKENIZERS_PARALLELISM": "false"}
+    killed = subprocess.run([sys.executable, "-c", textwrap.dedent(KILL_AFTER_CHECKPOINT), str(config),
+                             f"checkpoint-{STEPS // 2:08d}"], capture_output=True, text=True, env=env, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert [step for step, _ in list_checkpoints(output_dir)] == [2, 4]
+    config.write_text(json.dumps(run_settings(f"hf://datasets/{REPO_ID}", output_dir, resume=True)),
+                      encoding="utf-8")
+    before = len(hub.requests)
+    resumed = subprocess.run([sys.executable, "-c", textwrap.dedent(KILL_AFTER_CHECKPOINT), str(config), "none"],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    left, right = load_file(tmp_path / "local" / "model.safetensors"), load_file(output_dir / "model.safetensors")
+    different = [name for name in left if not torch.equal(left[name], right[name])]
+    assert left.keys() == right.keys() and not different, f"parameters differ bitwise: {different[:5]}"
+    cached = (tmp_path / "home" / "hfbert" / "shards" / "ranges")
+    assert any(cached.rglob("*-*"))  # the machine's cache, shared by the killed run and the resumed one
+    assert not any(path.endswith(".parquet") and status == 200 for _, path, status in hub.requests[before:])

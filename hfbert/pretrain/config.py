@@ -18,6 +18,7 @@ from typing import Any
 
 from ..arguments import CommandParser, UsageError, load_settings_file
 from ..configuration_hfbert import HfBertConfig
+from ..data.remote import DEFAULT_CACHE_LIMIT, parse_size
 from ..data.sources import LAYOUTS, boundary_pattern
 from ..optim import OPTIMIZERS
 
@@ -28,7 +29,7 @@ RESUMABLE_CHANGES = frozenset({
     "resume", "max_time_minutes", "keep_last", "save_steps", "eval_steps", "logging_steps", "push_to_hub",
     "hub_revision", "fill_mask_text", "progress_bar", "report_to", "output_dir", "overwrite_output_dir",
     "max_eval_examples", "eval_batch_size", "resume_from", "resume_with_changes", "loss_spike_factor",
-    "loss_spike_window", "hub_timeout",
+    "loss_spike_window", "hub_timeout", "cache_limit", "prepared_download",
 })
 
 DEFAULT_FILL_MASK_TEXT = (
@@ -64,6 +65,13 @@ class PretrainConfig:
     prepared: list[str] | None = _setting(
         None, "prepared folders or Hub dataset repos (hfbert prepare), one per sequence length of the schedule; "
               "without it the job prepares its input into output_dir/prepared first")
+    cache_limit: str = _setting(
+        DEFAULT_CACHE_LIMIT, "disk for the bytes of remote --prepared corpora (a Hub repo or an fsspec URL) fetched "
+                             "on this machine, shared by its processes, e.g. 20GB or 500MB; least recently used first "
+                             "out")
+    prepared_download: bool = _setting(
+        False, "copy remote --prepared corpora whole to this machine first (every shard's sha256 checked) "
+               "instead of reading only the row groups each process needs")
     input: list[str] | None = _setting(
         None, "text files, globs or fsspec URLs (UTF-8, .gz too); default: the built-in public-domain Austen corpus")
     dataset: str | None = _setting(
@@ -256,6 +264,10 @@ def _check_values(c: PretrainConfig) -> None:
              f"loss_spike_factor must be > 1 (or null: stop on NaN/inf only), got {c.loss_spike_factor}")
     _require(c.loss_spike_window >= 1, f"loss_spike_window must be >= 1, got {c.loss_spike_window}")
     _require(c.hub_timeout is None or c.hub_timeout > 0, f"hub_timeout must be > 0 seconds, got {c.hub_timeout}")
+    try:
+        parse_size(c.cache_limit)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     _require(c.dupe_factor is None or c.dupe_factor >= 1, f"dupe_factor must be >= 1, got {c.dupe_factor}")
     _require(c.seed >= 0, f"seed must be >= 0, got {c.seed}")
     unknown_trackers = sorted(set(c.report_to) - {"jsonl", "tensorboard"})

@@ -65,6 +65,9 @@ def check_sources(config: PretrainConfig) -> None:
     if config.tokenizer is not None and not Path(config.tokenizer).is_dir():
         raise ConfigError(f"tokenizer folder not found: {config.tokenizer}")
     for name in config.prepared or []:
+        if "://" in name and not name.startswith("file://"):
+            continue  # a Hub dataset (hf://datasets/user/name) or another fsspec URL: checked when opened
+        name = name[len("file://"):] if name.startswith("file://") else name
         if Path(name).exists() and not Path(name).is_dir():
             raise ConfigError(f"prepared must name folders or Hub dataset repos, got the file {name}")
         if not Path(name).exists() and (name.count("/") != 1 or name.startswith((".", "/"))):
@@ -92,9 +95,11 @@ def load_training_data(config: PretrainConfig, accelerator, lengths: Sequence[in
     lengths = list(dict.fromkeys(lengths))
     try:
         if config.prepared is not None:
-            # One download per machine: the local main process fills the Hub cache, the others then read it.
+            # The local main process first: it fetches a remote corpus's small files (or, with prepared_download,
+            # the whole corpus) into the machine's cache, where the other processes then find them.
             with accelerator.local_main_process_first():
-                opened = [PreparedCorpus.open(name) for name in config.prepared]
+                opened = [PreparedCorpus.open(name, timeout=config.hub_timeout, cache_limit=config.cache_limit,
+                                              download=config.prepared_download) for name in config.prepared]
         else:
             folders = prepare_in_output_dir(config, accelerator, lengths)
             opened = [PreparedCorpus.open(folders[length]) for length in lengths]

@@ -43,6 +43,7 @@ from transformers import pipeline
 
 from ..arguments import run_command
 from ..configuration_hfbert import HfBertConfig
+from ..data.remote import ShardReadError
 from ..hub import DEFAULT_IGNORE_PATTERNS, push_to_hub
 from ..modelcard import write_pretrained_card
 from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
@@ -563,15 +564,16 @@ def _summary(result: PretrainResult, text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``hfbert pretrain [--config FILE] [--key value ...]``; exit status 2 for bad settings (one line naming the
-    setting, before any work), 1 for a divergence or a full disk (one line, from the main process only)."""
+    setting, before any work), 1 for a divergence or a full disk (one line, from the main process only) or a remote
+    read that failed for good (one line, from the process that read)."""
     parser = command_parser()
 
     def run() -> int:
         config = parser.parse_values(sys.argv[1:] if argv is None else argv)
         try:
             result = pretrain(config)
-        except (TrainingDivergedError, DiskFullError) as err:
-            if _is_main_process():
+        except (TrainingDivergedError, DiskFullError, ShardReadError) as err:
+            if _is_main_process() or isinstance(err, ShardReadError):  # a read fails on the process that made it
                 kind = "" if isinstance(err, TrainingDivergedError) else "error: "
                 print(f"{parser.prog}: {kind}{err}", file=sys.stderr)
             return 1
