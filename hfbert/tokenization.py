@@ -58,6 +58,7 @@ from tokenizers.models import WordPiece
 from transformers import BertTokenizer
 
 from .arguments import CommandParser, UsageError, run_command
+from .inputs import Files, Rows, Stream, open_binary, text_source
 
 __all__ = [
     "SPECIAL_TOKENS",
@@ -268,19 +269,10 @@ class _CorpusStats:
     replaced_bytes: int = 0
 
 
-def _check_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    files = [Path(p) for p in paths]
-    if not files:
-        raise ValueError("the list of corpus files is empty")
+def _iter_files(files: Sequence[str], on_decode_error: str, stats: _CorpusStats, batch: int) -> Iterator[list[str]]:
     for f in files:
-        if not f.is_file():
-            raise FileNotFoundError(f"corpus file not found: {f}")
-    return files
-
-
-def _iter_files(files: list[Path], on_decode_error: str, stats: _CorpusStats, batch: int) -> Iterator[list[str]]:
-    for f in files:
-        raw = f.read_bytes()
+        with open_binary(f) as handle:
+            raw = handle.read()
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -297,16 +289,14 @@ def _iter_files(files: list[Path], on_decode_error: str, stats: _CorpusStats, ba
             yield lines[start : start + batch]
 
 
-def _iter_dataset(corpus: Any, text_column: str, batch: int) -> Iterator[list[str]]:
-    columns = corpus.column_names
-    if columns is not None and text_column not in columns:
-        raise ValueError(f"text column {text_column!r} not in the dataset's columns {columns}")
-    if isinstance(corpus, datasets.Dataset):
-        for start in range(0, len(corpus), batch):
-            yield corpus[start : start + batch][text_column]
+def _iter_rows(source: Rows | Stream, batch: int) -> Iterator[list[str]]:
+    """A dataset column (map-style or streamed) in batches."""
+    if isinstance(source, Rows):
+        for start in range(0, len(source.rows), batch):
+            yield source.rows[start : start + batch][source.column]
     else:
-        for rows in corpus.iter(batch_size=batch):
-            yield rows[text_column]
+        for rows in source.items.iter(batch_size=batch):
+            yield rows[source.column]
 
 
 def _iter_strings(corpus: Iterable[Any], batch: int) -> Iterator[list[str]]:
@@ -323,22 +313,21 @@ def _iter_strings(corpus: Iterable[Any], batch: int) -> Iterator[list[str]]:
 def _corpus_batches(
     corpus: Any, text_column: str, on_decode_error: str, stats: _CorpusStats, batch: int = 1000
 ) -> Iterator[list[str]]:
-    """Turn any supported corpus into batches of strings, validating and counting on the way."""
+    """Turn any supported corpus into batches of strings, validating and counting on the way; what the corpus is
+    (files, a dataset, texts) is :func:`hfbert.inputs.text_source`'s reading."""
     if isinstance(corpus, (str, bytes, os.PathLike)):
         raise TypeError(
             "corpus must be a datasets.Dataset/IterableDataset, a list of file paths or an iterable of strings; "
             f"got a single {type(corpus).__name__} (wrap one file path in a list)"
         )
-    if isinstance(corpus, (datasets.Dataset, datasets.IterableDataset)):
-        source = _iter_dataset(corpus, text_column, batch)
-    elif _is_file_list(corpus):
-        files = _check_files(corpus)
-        stats.sources = tuple(map(str, files))
-        source = _iter_files(files, on_decode_error, stats, batch)
-    elif isinstance(corpus, Iterable):
-        source = _iter_strings(corpus, batch)
+    meant = text_source(corpus, text_column=text_column, columns=(text_column,))
+    if isinstance(meant, Files):
+        stats.sources = meant.paths
+        source = _iter_files(meant.paths, on_decode_error, stats, batch)
+    elif meant.column is not None:  # a dataset's column
+        source = _iter_rows(meant, batch)
     else:
-        raise TypeError(f"unsupported corpus type {type(corpus).__name__}")
+        source = _iter_strings(meant.rows if isinstance(meant, Rows) else meant.items, batch)
     for texts in source:
         for text in texts:
             if not isinstance(text, str):
@@ -347,25 +336,6 @@ def _corpus_batches(
             stats.chars += len(text)
             stats.non_blank += bool(text.strip())
         yield texts
-
-
-def _is_file_list(corpus: Any) -> bool:
-    """Whether a list/tuple is a list of files rather than a list of texts.
-
-    Path objects always mean files.  A list of ``str`` means files when its first item exists on disk or
-    looks like a path (a separator or a ``.txt`` suffix, and no spaces), so a mistyped file name is reported
-    as missing instead of being trained on as one line of text.  Pass a generator to force "texts".
-    """
-    if not isinstance(corpus, (list, tuple)) or not corpus:
-        return False
-    if all(isinstance(p, os.PathLike) for p in corpus):
-        return True
-    first = corpus[0]
-    if not isinstance(first, str):
-        return False
-    if os.path.isfile(first):
-        return True
-    return ("/" in first or os.sep in first or first.endswith(".txt")) and " " not in first.strip()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -471,8 +441,9 @@ def train_wordpiece(
 
     Args:
         corpus: a ``datasets.Dataset`` / ``IterableDataset`` (column ``text_column``), a list of UTF-8 text
-            files (``Path`` objects, or strings that name existing files or look like paths), or any iterable
-            of strings (one text per item; a generator is always read as texts).
+            files, globs or fsspec URLs (``.gz`` too; ``Path`` objects, or strings that name files or look like
+            paths: :func:`hfbert.inputs.names_files`), or any iterable of strings (one text per item; a generator
+            is always read as texts).
         vocab_size: total size, specials and ``[unused*]`` included.  The corpus must be able to fill it:
             otherwise a ``ValueError`` says how many entries it could give.
         lowercase / strip_accents / handle_chinese_chars: the BasicTokenizer options; ``strip_accents=None``

@@ -21,11 +21,13 @@ from .pipeline import build_pretraining_dataset, pool_bounds
 from .prepared import PreparedCorpus, PreparedDataError, prepare_corpus, push_prepared
 from .report import content_digest, render_report, write_report
 from .segmenters import JiebaSegmenter, PreSegmented
+from .settings import ExampleSettings
 
 __all__ = [
     "CHAPTER_HEADING",
     "CorpusError",
     "DataCollatorForBertPretraining",
+    "ExampleSettings",
     "JiebaSegmenter",
     "MaskingSpec",
     "PreSegmented",

@@ -18,14 +18,13 @@ dropped silently.
 
 from __future__ import annotations
 
-import gzip
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-import fsspec
+from ..inputs import open_binary
 
 __all__ = [
     "CHAPTER_HEADING",
@@ -117,16 +116,6 @@ def _is_abbreviation(before: str) -> bool:
 
 class CorpusError(ValueError):
     """Input text that cannot be used as given (not UTF-8, no documents); the message names the file and line."""
-
-
-def open_binary(path: str | Path) -> BinaryIO:
-    """A binary stream over a local file or an fsspec URL (``s3://``, ``gs://``, ...); ``.gz`` is decompressed."""
-    path = str(path)
-    if "://" in path:
-        handle = fsspec.open(path, "rb").open()
-    else:
-        handle = open(path, "rb")  # noqa: SIM115 -- the caller closes it
-    return gzip.GzipFile(fileobj=handle, mode="rb") if path.endswith(".gz") else handle
 
 
 def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:

@@ -34,7 +34,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -43,19 +42,17 @@ from datasets import Dataset, DatasetInfo, Features, IterableDataset, List, Valu
 from datasets.table import InMemoryTable
 
 from ..tokenization import WordCacheEncoder, _concat_ranges
-from .documents import ReadStats, read_documents, split_sentences
+from .documents import ReadStats, split_sentences
 from .engines import run_tasks
 from .masking import MaskingSpec, continuation_table, mask_batch
 from .nsp import Pool, create_instances_from_document, document_rng
 from .report import build_report, table_digest
 from .segmenters import word_char_ids, word_starts_from_offsets
+from .settings import DEFAULT_POOL_SIZE, ExampleSettings
+from .sources import DocumentRows, DocumentStream, TextFiles, resolve_input
 
 __all__ = ["build_pretraining_dataset", "output_features", "pool_bounds"]
 
-# Documents per pool. 32, not more: the pools are also the unit of work of ``num_proc`` processes, and on a
-# corpus of a few hundred documents (Austen: ~280 chapters) 64 left 4 pools of unequal size, so 2 processes could
-# not split the work evenly (1.32x vs 1.63x from 1 to 2 processes at dupe factor 10, hfbert bench section c).
-DEFAULT_POOL_SIZE = 32
 _SHUFFLE_STREAM = 0x73687566
 _GATHER_ROWS = 1024  # rows per block in shuffled_table
 _MASK_STREAM = 0x6D61736B  # separates the pool's masking generator from the documents' NSP generators
@@ -126,8 +123,8 @@ class TokenizerFacts:
 class PoolBuilder:
     """Turns one pool of documents into an Arrow table of instances plus a stats record (picklable)."""
 
-    def __init__(self, tokenizer, spec: MaskingSpec, *, max_seq_length, short_seq_prob, dupe_factor, masking,
-                 word_segmenter, distinct_random_document, seed, facts: TokenizerFacts | None = None):
+    def __init__(self, tokenizer, spec: MaskingSpec, settings: ExampleSettings, word_segmenter=None,
+                 facts: TokenizerFacts | None = None):
         facts = TokenizerFacts.of(tokenizer) if facts is None else facts
         # A private copy without truncation/padding: sentences must come out whole, as the original tokenizes them.
         # Made on first use (see `backend`), so that worker processes make theirs in parallel.
@@ -136,10 +133,11 @@ class PoolBuilder:
         self.cls_id, self.sep_id = int(tokenizer.cls_token_id), int(tokenizer.sep_token_id)
         self.spec = spec
         self.continuation = continuation_table(tokenizer, facts.vocab) if spec.whole_word_mask else None
-        self.max_seq_length, self.short_seq_prob = max_seq_length, short_seq_prob
-        self.dupe_factor, self.masking, self.seed = dupe_factor, masking, seed
-        self.segmenter, self.distinct = word_segmenter, distinct_random_document
-        self.features = output_features(masking, spec.whole_word_mask)
+        self.settings, self.segmenter = settings, word_segmenter
+        self.max_seq_length, self.short_seq_prob = settings.max_seq_length, settings.short_seq_prob
+        self.dupe_factor, self.masking, self.seed = settings.passes, settings.masking, settings.seed
+        self.distinct = settings.distinct_random_document
+        self.features = output_features(self.masking, spec.whole_word_mask)
 
     @property
     def backend(self):
@@ -351,60 +349,40 @@ def _build_pool(task: tuple) -> tuple:
     return sink.getvalue().to_pybytes(), stats, hashes
 
 
-def make_builder(tokenizer, *, max_seq_length, short_seq_prob, dupe_factor, masking, masked_lm_prob,
-                 max_predictions_per_seq, selection, whole_word_mask, word_segmenter, random_token_ids,
-                 wwm_per_word_decision, distinct_random_document, pool_size, num_proc, seed
-                 ) -> tuple[PoolBuilder, TokenizerFacts]:
-    """Check the settings, then the pool builder (with its masking spec) that every build runs, and the tokenizer
-    facts it read."""
-    _check_arguments(tokenizer, max_seq_length, short_seq_prob, dupe_factor, masking, pool_size, num_proc, seed,
-                     whole_word_mask, word_segmenter)
+def make_builder(tokenizer, settings: ExampleSettings, word_segmenter=None) -> tuple[PoolBuilder, TokenizerFacts]:
+    """The pool builder (with its masking spec) that every build runs, and the tokenizer facts it read.
+
+    ``word_segmenter``: a callable text -> words for whole-word masking (default: the one ``settings.segmenter``
+    names)."""
+    if not getattr(tokenizer, "is_fast", False) or not hasattr(tokenizer, "backend_tokenizer"):
+        raise TypeError(f"a transformers fast tokenizer is required, got {type(tokenizer).__name__}")
+    for name in ("cls_token_id", "sep_token_id", "mask_token_id"):
+        if getattr(tokenizer, name, None) is None:
+            raise ValueError(f"the tokenizer has no {name.removesuffix('_id')}; BERT examples need [CLS]/[SEP]/[MASK]")
+    if word_segmenter is not None and not callable(word_segmenter):
+        raise TypeError(f"word_segmenter must be a callable text -> words, got {type(word_segmenter).__name__}")
+    word_segmenter = settings.word_segmenter() if word_segmenter is None else word_segmenter
+    if word_segmenter is not None and not settings.whole_word_mask:
+        raise ValueError("a word segmenter is only used by whole-word masking: pass whole_word_mask=True")
     facts = TokenizerFacts.of(tokenizer)
-    spec = MaskingSpec.from_tokenizer(
-        tokenizer, masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions_per_seq,
-        selection=selection, whole_word_mask=whole_word_mask, wwm_per_word_decision=wwm_per_word_decision,
-        random_token_ids=random_token_ids, vocab=facts.vocab)
-    builder = PoolBuilder(
-        tokenizer, spec, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
-        masking=masking, word_segmenter=word_segmenter, distinct_random_document=distinct_random_document,
-        seed=seed, facts=facts)
-    return builder, facts
+    spec = MaskingSpec.from_tokenizer(tokenizer, **settings.masking_options(), vocab=facts.vocab)
+    return PoolBuilder(tokenizer, spec, settings, word_segmenter, facts=facts), facts
 
 
-def build_pretraining_dataset(
-    source,
-    tokenizer,
-    *,
-    max_seq_length: int = 128,
-    short_seq_prob: float = 0.1,
-    dupe_factor: int | None = None,
-    masking: str = "static",
-    masked_lm_prob: float = 0.15,
-    max_predictions_per_seq: int = 20,
-    selection: str = "fixed",
-    whole_word_mask: bool = False,
-    word_segmenter=None,
-    random_token_ids: str = "non_special",
-    wwm_per_word_decision: bool = True,
-    distinct_random_document: bool = True,
-    pool_size: int = DEFAULT_POOL_SIZE,
-    num_proc: int = 1,
-    seed: int = 12345,
-    streaming: bool | None = None,
-    text_column: str | None = None,
-    input_layout: str = "sentences",
-    document_boundary: str | None = None,
-    shuffle: bool = True,
-    return_report: bool = False,
-):
+def build_pretraining_dataset(source, tokenizer, settings: ExampleSettings | None = None, *, word_segmenter=None,
+                              num_proc: int = 1, streaming: bool | None = None, shuffle: bool = True,
+                              return_report: bool = False, **changes):
     """Build BERT pretraining examples (NSP pairs, optionally statically masked) as a datasets table.
 
-    ``source``: a text file or list of files (``input_layout="sentences"``: the original one-sentence-per-line
-    format; ``"paragraphs"``: one paragraph per line, split into sentences, with ``document_boundary`` a regex
-    for heading lines such as :data:`~hfbert.data.documents.CHAPTER_HEADING`); a ``datasets.Dataset`` with a
-    ``sentences`` column (list of str per document) or a ``text`` column (one raw document per row, split with
+    ``source``: what :func:`~hfbert.data.sources.resolve_input` reads -- a text file, glob or URL or a list of
+    them (``input_layout="sentences"``: the original one-sentence-per-line format; ``"paragraphs"``: one paragraph
+    per line, split into sentences, with ``document_boundary`` a regex for heading lines such as
+    :data:`~hfbert.data.documents.CHAPTER_HEADING`); a ``datasets.Dataset`` with a ``sentences`` column (list of
+    str per document) or a ``text`` column (one raw document per row, split with
     :func:`~hfbert.data.documents.split_sentences`); a ``datasets.IterableDataset`` (streaming); or a Python list
-    of such documents.  ``tokenizer``: any transformers *fast* BERT tokenizer.
+    of such documents.  ``tokenizer``: any transformers *fast* BERT tokenizer.  ``settings``: an
+    :class:`~hfbert.data.ExampleSettings` (its vocabulary and sharding fields are :func:`prepare_corpus`'s); any
+    of its fields may also be given as a keyword argument (``max_seq_length=64``), which replaces its value.
 
     Returns a ``Dataset`` (``IterableDataset`` when streaming) with ``input_ids``, ``token_type_ids`` and
     ``next_sentence_label`` (0 = actual next, 1 = random), plus ``masked_lm_positions``/``masked_lm_ids`` for
@@ -413,33 +391,31 @@ def build_pretraining_dataset(
     ``dupe_factor`` defaults to 10 for static masking (the original) and 1 for dynamic masking.
     With ``return_report=True`` (map-style only) returns ``(dataset, report)``, see :mod:`hfbert.data.report`.
     """
-    dupe_factor = (10 if masking == "static" else 1) if dupe_factor is None else dupe_factor
-    builder, facts = make_builder(
-        tokenizer, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
-        masking=masking, masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions_per_seq,
-        selection=selection, whole_word_mask=whole_word_mask, word_segmenter=word_segmenter,
-        random_token_ids=random_token_ids, wwm_per_word_decision=wwm_per_word_decision,
-        distinct_random_document=distinct_random_document, pool_size=pool_size, num_proc=num_proc, seed=seed)
-    spec = builder.spec
-    streaming = isinstance(source, IterableDataset) if streaming is None else streaming
+    settings = (settings or ExampleSettings()).example_settings(**changes)
+    if not isinstance(num_proc, int) or num_proc < 1:
+        raise ValueError(f"num_proc must be an int >= 1, got {num_proc!r}")
+    builder, _ = make_builder(tokenizer, settings, word_segmenter)
+    documents = resolve_input(source, input_layout=settings.input_layout, document_boundary=settings.document_boundary,
+                              text_column=settings.text_column, streaming=bool(streaming))
+    if streaming is None:
+        streaming = isinstance(documents, DocumentStream)
     if streaming:
         if return_report:
             raise ValueError("return_report needs a map-style build (streaming=False): the report counts the output")
-        documents = _document_stream(source, text_column, input_layout, document_boundary)
         return IterableDataset.from_generator(
-            partial(_stream_rows, documents=documents, builder=builder, pool_size=pool_size),
+            partial(_stream_rows, documents=documents, builder=builder, pool_size=settings.pool_size),
             features=builder.features)
-    documents, read_stats = _document_table(source, text_column, input_layout, document_boundary)
-    bounds = pool_bounds(len(documents), pool_size)
+    if isinstance(documents, DocumentStream):
+        raise ValueError("an IterableDataset is read as a stream: pass streaming=True (or leave it unset)")
+    split_units = documents.split_units
+    documents, read_stats = _document_table(documents)
+    bounds = pool_bounds(len(documents), settings.pool_size)
     if not bounds:
         raise ValueError("the input has no documents")
-    tables, pool_stats, hashes = _build_pools(documents, bounds, builder,
-                                              input_layout == "paragraphs" and read_stats is not None, num_proc)
-    return _finish(tables, pool_stats, hashes, read_stats, builder, spec, shuffle, return_report, settings={
-        "max_seq_length": max_seq_length, "short_seq_prob": short_seq_prob, "dupe_factor": dupe_factor,
-        "masking": masking, "masked_lm_prob": masked_lm_prob, "max_predictions_per_seq": max_predictions_per_seq,
-        "selection": selection, "whole_word_mask": whole_word_mask, "random_token_ids": random_token_ids,
-        "pool_size": pool_size, "seed": seed})
+    tables, pool_stats, hashes = _build_pools(documents, bounds, builder, split_units, num_proc)
+    recorded = {key: value for key, value in settings.recorded().items() if key not in ("num_shards", "eval_fraction")}
+    return _finish(tables, pool_stats, hashes, read_stats, builder, builder.spec, shuffle, return_report,
+                   settings=recorded)
 
 
 def _finish(tables, pool_stats, hashes, read_stats, builder: PoolBuilder, spec: MaskingSpec, shuffle: bool,
@@ -460,42 +436,6 @@ def _finish(tables, pool_stats, hashes, read_stats, builder: PoolBuilder, spec: 
         return built
     line_hashes = np.fromiter(chain.from_iterable(hashes), dtype=np.uint64)
     return built, build_report(built, pool_stats, line_hashes, read_stats, settings, spec.mask_token_id, digest)
-
-
-def _check_arguments(tokenizer, max_seq_length, short_seq_prob, dupe_factor, masking, pool_size, num_proc, seed,
-                     whole_word_mask, word_segmenter) -> None:
-    if not getattr(tokenizer, "is_fast", False) or not hasattr(tokenizer, "backend_tokenizer"):
-        raise TypeError(f"a transformers fast tokenizer is required, got {type(tokenizer).__name__}")
-    for name in ("cls_token_id", "sep_token_id", "mask_token_id"):
-        if getattr(tokenizer, name, None) is None:
-            raise ValueError(f"the tokenizer has no {name.removesuffix('_id')}; BERT examples need [CLS]/[SEP]/[MASK]")
-    if not isinstance(max_seq_length, int) or max_seq_length < 5:
-        raise ValueError(f"max_seq_length must be an int >= 5 ([CLS] a [SEP] b [SEP]), got {max_seq_length!r}")
-    if not 0.0 <= short_seq_prob <= 1.0:
-        raise ValueError(f"short_seq_prob must be in [0, 1], got {short_seq_prob}")
-    if not isinstance(dupe_factor, int) or dupe_factor < 1:
-        raise ValueError(f"dupe_factor must be an int >= 1, got {dupe_factor!r}")
-    if masking not in ("static", "dynamic"):
-        raise ValueError(f"masking must be 'static' or 'dynamic', got {masking!r}")
-    if not isinstance(pool_size, int) or pool_size < 2:
-        raise ValueError(f"pool_size must be an int >= 2 (random-next needs another document), got {pool_size!r}")
-    if not isinstance(num_proc, int) or num_proc < 1:
-        raise ValueError(f"num_proc must be an int >= 1, got {num_proc!r}")
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    if word_segmenter is not None and not callable(word_segmenter):
-        raise TypeError(f"word_segmenter must be a callable text -> words, got {type(word_segmenter).__name__}")
-    if word_segmenter is not None and not whole_word_mask:
-        raise ValueError("word_segmenter is only used by whole-word masking: pass whole_word_mask=True")
-
-
-def _is_paths(source) -> bool:
-    """A path, or a non-empty list of Paths / of strings that all name existing files (else: documents)."""
-    if isinstance(source, (str, Path)):
-        return True
-    if not isinstance(source, (list, tuple)) or not source:
-        return False
-    return all(isinstance(s, Path) for s in source) or all(isinstance(s, str) and Path(s).is_file() for s in source)
 
 
 class _Documents:
@@ -519,57 +459,26 @@ class _Documents:
         return [int(sizes[lo:hi].sum()) for lo, hi in bounds]
 
 
-def _document_table(source, text_column, layout, boundary) -> tuple[_Documents, dict | None]:
-    if _is_paths(source):
-        read_stats = ReadStats()
-        documents = list(read_documents(source, layout=layout, boundary=boundary, stats=read_stats))
-        return _Documents(documents), read_stats.as_dict()
-    if isinstance(source, (list, tuple)):
-        return _Documents(list(source)), None
-    if not isinstance(source, Dataset):
-        raise TypeError("source must be a file path, a list of paths or documents, a datasets.Dataset or an "
-                        f"IterableDataset, got {type(source).__name__}")
-    return _Documents(source, _pick_column(source.column_names, text_column)), None
+def _document_table(source: TextFiles | DocumentRows) -> tuple[_Documents, dict | None]:
+    """The whole input in memory, read by pool: every document of the files (and what reading them counted), or the
+    rows."""
+    if isinstance(source, DocumentRows):
+        return _Documents(source.rows, source.column), None
+    read_stats = ReadStats()
+    documents = list(source.documents(0, 1, read_stats))
+    read_stats.files.extend(source.paths)
+    return _Documents(documents), read_stats.as_dict()
 
 
-def _pick_column(columns: list[str], text_column: str | None) -> str:
-    if text_column is not None:
-        if text_column not in columns:
-            raise ValueError(f"text_column {text_column!r} is not a column of the input (columns: {columns})")
-        return text_column
-    for name in ("sentences", "text"):
-        if name in columns:
-            return name
-    raise ValueError(f"the input needs a 'sentences' or 'text' column (or pass text_column=...); got {columns}")
-
-
-def _document_stream(source, text_column, layout, boundary):
-    """A re-iterable description of the streamed documents (picklable, read lazily)."""
-    if _is_paths(source):
-        return ("files", source, layout, boundary)
-    if isinstance(source, IterableDataset):
-        return ("iterable", source, text_column)
-    if isinstance(source, Dataset):
-        return ("iterable", source.to_iterable_dataset(), text_column)
-    raise TypeError(f"streaming needs file paths, a Dataset or an IterableDataset, got {type(source).__name__}")
-
-
-def _iter_documents(documents) -> Iterator:
-    if documents[0] == "files":
-        _, paths, layout, boundary = documents
-        yield from read_documents(paths, layout=layout, boundary=boundary)
-        return
-    _, dataset, text_column = documents
-    column = None
-    for row in dataset:
-        column = column or _pick_column(list(row), text_column)
-        yield row[column]
+def _stream_documents(source: TextFiles | DocumentRows | DocumentStream) -> Iterator:
+    if isinstance(source, DocumentStream):
+        return iter(source)
+    return source.documents(0, 1, ReadStats())
 
 
 def _stream_rows(documents, builder: PoolBuilder, pool_size: int) -> Iterator[dict]:
-    split_units = documents[0] == "files" and documents[2] == "paragraphs"
-    for first, pool in _stream_pools(_iter_documents(documents), pool_size):
-        table, stats, _ = builder.build(pool, first, split_units)
+    for first, pool in _stream_pools(_stream_documents(documents), pool_size):
+        table, stats, _ = builder.build(pool, first, documents.split_units)
         _warn_single_document_pools([stats])
         yield from table.to_pylist()
 

@@ -46,7 +46,7 @@ from .documents import CorpusError, read_document_range
 from .engines import run_tasks
 from ..hub import push_to_hub, resolve_timeout
 from ..tokenization import train_wordpiece
-from .pipeline import DEFAULT_POOL_SIZE, TokenizerFacts, make_builder, output_features
+from .pipeline import TokenizerFacts, make_builder, output_features
 from .report import (
     assemble_report,
     merge_line_sketches,
@@ -65,7 +65,7 @@ from .remote import (
     parse_size,
     resolve_location,
 )
-from .segmenters import JiebaSegmenter, PreSegmented
+from .settings import ExampleSettings
 from .shards import ROW_GROUP_SIZE, SPLITS, ShardTask, build_shard, features_metadata, write_atomically
 from .sources import BUILTIN_CORPUS, TextFiles, resolve_input
 
@@ -78,7 +78,6 @@ FORMAT_VERSION = 1
 # (they are shuffled before writing), so this bounds a worker's memory whatever the corpus size.
 SHARD_INPUT_BYTES = 32 << 20
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-_SEGMENTERS = {"presegmented": PreSegmented, "jieba": JiebaSegmenter}
 
 
 class PreparedDataError(ValueError):
@@ -128,75 +127,36 @@ def _display(path: str) -> str:
 # Building
 
 
-def prepare_corpus(
-    source=None,
-    output_dir: str | Path = "prepared",
-    *,
-    tokenizer=None,
-    vocab_size: int = 8000,
-    lowercase: bool = True,
-    max_seq_length: int = 128,
-    num_shards: int | None = None,
-    eval_fraction: float = 0.05,
-    masking: str = "static",
-    dupe_factor: int | None = None,
-    masked_lm_prob: float = 0.15,
-    max_predictions_per_seq: int = 20,
-    short_seq_prob: float = 0.1,
-    whole_word_mask: bool = False,
-    selection: str = "fixed",
-    random_token_ids: str = "non_special",
-    wwm_per_word_decision: bool = True,
-    segmenter: str | None = None,
-    distinct_random_document: bool = True,
-    pool_size: int = DEFAULT_POOL_SIZE,
-    input_layout: str | None = None,
-    document_boundary: str | None = None,
-    text_column: str | None = None,
-    seed: int = 12345,
-    num_proc: int = 1,
-    engine: str = "local",
-    scheduler: str | None = None,
-    overwrite: bool = False,
-) -> Path | str:
+def prepare_corpus(source=None, output_dir: str | Path = "prepared", settings: ExampleSettings | None = None, *,
+                   tokenizer=None, num_proc: int = 1, engine: str = "local", scheduler: str | None = None,
+                   overwrite: bool = False, **changes) -> Path | str:
     """Build a prepared corpus (see the module docstring) and return its folder.
 
     ``source``: ``None`` (the built-in Austen corpus: paragraphs, chapters are documents), a text file, glob or
     fsspec URL or a list of them, a ``datasets.Dataset`` (a ``sentences`` or ``text`` column), or a list of
-    documents (lists of sentences).  ``tokenizer``: a fast BERT tokenizer or its folder; ``None`` trains a
-    WordPiece vocabulary of ``vocab_size`` on the input.  ``num_shards``: default :func:`auto_num_shards`.
-    ``engine``/``num_proc``/``scheduler``: who builds the shards (:mod:`hfbert.data.engines`); they never change
-    the output.  ``segmenter``: ``"presegmented"`` or ``"jieba"`` word boundaries for Chinese whole-word masking.
-    The other settings are those of :func:`~hfbert.data.pipeline.build_pretraining_dataset`.
+    documents (lists of sentences).  ``settings``: an :class:`~hfbert.data.ExampleSettings` (masking, NSP pairs,
+    input layout, the vocabulary trained when ``tokenizer`` is None, shards and the held-out split); any of its
+    fields may also be given as a keyword argument (``max_seq_length=64``), which replaces its value.
+    ``tokenizer``: a fast BERT tokenizer or its folder; ``None`` trains a WordPiece vocabulary of
+    ``settings.vocab_size`` on the input.  ``engine``/``num_proc``/``scheduler``: who builds the shards
+    (:mod:`hfbert.data.engines`); they never change the output.
     """
-    dupe_factor = (10 if masking == "static" else 1) if dupe_factor is None else dupe_factor
-    if not 0.0 <= eval_fraction < 1.0:
-        raise ValueError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
-    if num_shards is not None and (not isinstance(num_shards, int) or num_shards < 1):
-        raise ValueError(f"num_shards must be an int >= 1, got {num_shards!r}")
-    if segmenter is not None and segmenter not in _SEGMENTERS:
-        raise ValueError(f"segmenter must be one of {sorted(_SEGMENTERS)} or None, got {segmenter!r}")
-    if segmenter is None and input_layout == "people-daily" and whole_word_mask:
-        segmenter = "presegmented"  # its text is segmented with spaces
-    word_segmenter = _SEGMENTERS[segmenter]() if segmenter else None
-    source = resolve_input(source, input_layout=input_layout, document_boundary=document_boundary,
-                           text_column=text_column)
+    settings = (settings or ExampleSettings()).example_settings(**changes)
+    if not isinstance(num_proc, int) or num_proc < 1:
+        raise ValueError(f"num_proc must be an int >= 1, got {num_proc!r}")
+    source = resolve_input(source, input_layout=settings.input_layout, document_boundary=settings.document_boundary,
+                           text_column=settings.text_column)
     output = str(output_dir)
     _claim_output(output, overwrite)
-    tokenizer = _tokenizer(tokenizer, source, vocab_size, lowercase)
-    builder, facts = make_builder(
-        tokenizer, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
-        masking=masking, masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions_per_seq,
-        selection=selection, whole_word_mask=whole_word_mask, word_segmenter=word_segmenter,
-        random_token_ids=random_token_ids, wwm_per_word_decision=wwm_per_word_decision,
-        distinct_random_document=distinct_random_document, pool_size=pool_size, num_proc=num_proc, seed=seed)
-    spec = builder.spec
+    tokenizer = _tokenizer(tokenizer, source, settings.vocab_size, settings.lowercase)
+    builder, facts = make_builder(tokenizer, settings)
+    num_shards = settings.num_shards
     if num_shards is None:
         size = sum(source.sizes) if isinstance(source, TextFiles) else sum(map(_document_bytes, source.rows))
-        num_shards = auto_num_shards(size, dupe_factor)
+        num_shards = auto_num_shards(size, settings.passes)
     schema = builder.features.arrow_schema.with_metadata(features_metadata(builder.features))
-    tasks = [ShardTask(k, num_shards, source, builder, output, schema, seed, pool_size, eval_fraction,
-                       spec.mask_token_id) for k in range(num_shards)]
+    tasks = [ShardTask(k, num_shards, source, builder, output, schema, settings.seed, settings.pool_size,
+                       settings.eval_fraction, builder.spec.mask_token_id) for k in range(num_shards)]
     sketches = {split: merge_line_sketches([]) for split in SPLITS}
 
     def fold_sketches(result: dict) -> dict:  # one running sketch per split instead of one per shard
@@ -206,15 +166,8 @@ def prepare_corpus(
 
     results = run_tasks(build_shard, tasks, engine=engine, num_proc=num_proc, scheduler=scheduler,
                         desc="Preparing shards", on_result=fold_sketches)
-    settings = {
-        "max_seq_length": max_seq_length, "masking": masking, "dupe_factor": dupe_factor,
-        "masked_lm_prob": masked_lm_prob, "max_predictions_per_seq": max_predictions_per_seq,
-        "short_seq_prob": short_seq_prob, "whole_word_mask": whole_word_mask, "selection": selection,
-        "random_token_ids": random_token_ids, "wwm_per_word_decision": wwm_per_word_decision,
-        "segmenter": segmenter, "distinct_random_document": distinct_random_document, "pool_size": pool_size,
-        "seed": seed, "num_shards": num_shards, "eval_fraction": eval_fraction,
-        "validation_dupe_factor": 1, "row_group_size": ROW_GROUP_SIZE,
-    }
+    settings = {**settings.recorded(), "num_shards": num_shards, "validation_dupe_factor": 1,
+                "row_group_size": ROW_GROUP_SIZE}
     used = sum(e["pools"]["documents"] - e["pools"]["empty_documents"] for r in results for e in r["splits"].values())
     if used == 0:
         _remove_outputs(output)

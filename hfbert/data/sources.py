@@ -9,7 +9,6 @@ documents) is cut by rows.  Either way shard k is a function of the input and k 
 
 from __future__ import annotations
 
-import glob
 import gzip
 import os
 import re
@@ -24,17 +23,16 @@ import fsspec
 from datasets import Dataset
 
 from ..arguments import UsageError
-
+from ..inputs import Rows, Stream, is_url, open_binary, pick_column, text_source
 from .documents import (
     CHAPTER_HEADING,
     CorpusError,
     ReadStats,
-    open_binary,
     read_document_range,
     read_people_daily,
 )
 
-__all__ = ["BUILTIN_CORPUS", "DocumentRows", "TextFiles", "boundary_pattern", "load_dataset_split", "resolve_input"]
+__all__ = ["BUILTIN_CORPUS", "DocumentRows", "DocumentStream", "TextFiles", "boundary_pattern", "load_dataset_split", "resolve_input"]
 
 #: Jane Austen's six novels (public domain), one paragraph per line, "CHAPTER ..." lines between chapters.
 BUILTIN_CORPUS = Path(__file__).resolve().parents[1] / "corpora" / "en_austen_6novels.txt.gz"
@@ -42,30 +40,10 @@ LAYOUTS = ("sentences", "paragraphs", "people-daily")
 _DATASET_BATCH = 1024  # rows read from a Dataset at a time
 
 
-def _is_url(path: str) -> bool:
-    return "://" in path
-
-
-def _expand(pattern: str) -> list[str]:
-    """The files a path, glob or URL names (sorted); a missing file is an error naming it."""
-    if _is_url(pattern):
-        fs, root = fsspec.core.url_to_fs(pattern)
-        protocol = pattern.split("://", 1)[0]
-        found = sorted(fs.glob(root)) if glob.has_magic(root) else ([root] if fs.isfile(root) else [])
-        paths = [f"{protocol}://{p.split('://', 1)[-1]}" for p in found]
-    else:
-        paths = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else (
-            [pattern] if os.path.isfile(pattern) else [])
-    if not paths:
-        what = "no file matches" if glob.has_magic(pattern) else "input file not found:"
-        raise FileNotFoundError(f"{what} {pattern}")
-    return paths
-
-
 def _size(path: str) -> int:
     """Bytes of text in the file; for ``.gz`` the uncompressed size from its trailer (only used to place the cut
     points, so a multi-member or >4 GiB file, whose trailer is wrong, still reads correctly)."""
-    if _is_url(path):
+    if is_url(path):
         fs, root = fsspec.core.url_to_fs(path)
         size = fs.size(root)
     else:
@@ -134,15 +112,21 @@ class DocumentRows:
         return {"dataset": self.name, "rows": len(self.rows), "column": self.column}
 
 
-def _pick_column(columns: list[str], text_column: str | None, name: str) -> str:
-    if text_column is not None:
-        if text_column not in columns:
-            raise ValueError(f"text_column {text_column!r} is not a column of {name} (columns: {columns})")
-        return text_column
-    for column in ("sentences", "text"):
-        if column in columns:
-            return column
-    raise ValueError(f"{name} needs a 'sentences' or 'text' column (or pass text_column=...); got {columns}")
+@dataclass(frozen=True)
+class DocumentStream:
+    """Documents of an ``IterableDataset``, read in order, one row at a time (``column`` None: the row's
+    ``sentences`` or ``text``, chosen on the first row)."""
+
+    dataset: Any
+    column: str | None
+
+    split_units = False
+
+    def __iter__(self) -> Iterator:
+        column = self.column
+        for row in self.dataset:
+            column = column or pick_column(list(row), None, "the dataset")
+            yield row[column]
 
 
 def load_dataset_split(name: str, split: str) -> Dataset:
@@ -169,28 +153,32 @@ def boundary_pattern(document_boundary: str | None) -> str | None:
 
 
 def resolve_input(source, *, input_layout: str | None = None, document_boundary: str | None = None,
-                  text_column: str | None = None) -> TextFiles | DocumentRows:
-    """What to read: ``None`` (the built-in corpus), a path / glob / URL or a list of them, a ``datasets.Dataset``,
-    or a list of documents (lists of sentences).  ``input_layout`` and ``document_boundary`` apply to text files
-    (defaults: ``sentences`` and none; for the built-in corpus ``paragraphs`` and chapter headings)."""
+                  text_column: str | None = None, streaming: bool = False) -> TextFiles | DocumentRows | DocumentStream:
+    """What to read: ``None`` (the built-in corpus) or any text source :func:`hfbert.inputs.text_source` reads (a
+    path / glob / URL or a list of them, a ``datasets.Dataset`` or ``IterableDataset``, a list of documents: lists
+    of sentences or raw texts).  ``input_layout`` and ``document_boundary`` apply to text files (defaults:
+    ``sentences`` and none; for the built-in corpus ``paragraphs`` and chapter headings).  ``streaming``: a
+    ``Dataset`` is read as a stream too (a :class:`DocumentStream`); an ``IterableDataset`` always is."""
     if input_layout is not None and input_layout not in LAYOUTS:
         raise ValueError(f"input_layout must be one of {LAYOUTS}, got {input_layout!r}")
     document_boundary = boundary_pattern(document_boundary)
-    if isinstance(source, Dataset):
-        return DocumentRows(source, _pick_column(source.column_names, text_column, "the dataset"), "dataset")
-    if isinstance(source, (list, tuple)) and source and all(isinstance(d, (list, tuple)) for d in source):
-        return DocumentRows(list(source), None, "documents")
     if source is None:
         paths = [str(BUILTIN_CORPUS)]
         input_layout = input_layout or "paragraphs"
         document_boundary = document_boundary or CHAPTER_HEADING
-    elif isinstance(source, (str, Path)):
-        paths = _expand(str(source))
-    elif isinstance(source, (list, tuple)) and source and all(isinstance(p, (str, Path)) for p in source):
-        paths = [path for pattern in source for path in _expand(str(pattern))]
     else:
-        raise TypeError("source must be None (the built-in corpus), a path, glob or URL, a list of them, a "
-                        f"datasets.Dataset or a list of documents; got {type(source).__name__}")
+        meant = text_source(source, text_column=text_column)
+        if isinstance(meant, Stream) or (streaming and isinstance(meant, Rows) and meant.name == "dataset"):
+            if isinstance(meant, Rows):
+                meant = Stream(meant.rows.to_iterable_dataset(), meant.column)
+            if not isinstance(meant.items, datasets.IterableDataset):
+                raise TypeError("source must be None (the built-in corpus), a path, glob or URL, a list of them, a "
+                                f"datasets.Dataset or IterableDataset or a list of documents; got "
+                                f"{type(source).__name__}")
+            return DocumentStream(meant.items, meant.column)
+        if isinstance(meant, Rows):
+            return DocumentRows(meant.rows, meant.column, meant.name)
+        paths = list(meant.paths)
     if input_layout == "people-daily":  # its document rule needs a whole file: read here, cut by documents
         documents = [doc for path in paths for doc in read_people_daily(path)]
         return DocumentRows(documents, None, ", ".join(paths))

@@ -1,25 +1,24 @@
 """The settings of ``hfbert pretrain``: one validated dataclass, read by :class:`hfbert.arguments.CommandParser`.
 
 Every setting has a default, so ``hfbert pretrain`` with no arguments is the project's main job: the built-in
-Austen corpus, an 8,000-entry WordPiece vocabulary, the ``mini`` preset, a few minutes on a CPU. A config file
-(``--config run.yaml``) replaces defaults, and ``--key value`` replaces both; option names are those of
-``hfbert prepare`` wherever the two mean the same thing. Each field's ``help`` is its ``--help`` text. Bad values
-raise :class:`ConfigError` naming the setting before any work is done.
+Austen corpus, an 8,000-entry WordPiece vocabulary, the ``tiny`` preset, a few minutes on a CPU. A config file
+(``--config run.yaml``) replaces defaults, and ``--key value`` replaces both. The settings that decide the examples
+are the fields of :class:`hfbert.data.ExampleSettings`, shared with ``hfbert prepare`` (one name, one help text, one
+check); the job's own follow. Each field's ``help`` is its ``--help`` text. Bad values raise :class:`ConfigError`
+naming the setting before any work is done.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from ..arguments import CommandParser, UsageError, load_settings_file
+from ..arguments import CommandParser, UsageError, fits_type, load_settings_file
 from ..configuration_hfbert import HfBertConfig
 from ..data.remote import DEFAULT_CACHE_LIMIT, parse_size
-from ..data.sources import LAYOUTS, boundary_pattern
+from ..data.settings import ExampleSettings
 from ..optim import OPTIMIZERS
 
 __all__ = ["ConfigError", "PretrainConfig", "Phase", "command_parser", "load_config", "parse_args", "resolve_phases"]
@@ -58,9 +57,18 @@ def _setting(default: Any = None, help: str = "", *, factory: Any = None) -> Any
 
 
 @dataclass
-class PretrainConfig:
-    """Everything ``hfbert pretrain`` needs."""
+class PretrainConfig(ExampleSettings):
+    """Everything ``hfbert pretrain`` needs: the example settings (:class:`~hfbert.data.ExampleSettings`; masking is
+    dynamic here, and ``seed`` also seeds the weights and the batches), then the job's own."""
 
+    # -- the example settings whose defaults or meaning differ here
+    masking: Literal["static", "dynamic"] = _setting(
+        "dynamic", "training masks: 'dynamic' (new masks every batch) or 'static' (dupe_factor copies with fixed "
+                   "masks)")
+    max_seq_length: int | None = _setting(
+        None, "sequence length of a one-length run (no phases); default: the short-first schedule, 60% of the "
+              "steps at 32 (batch 64), then 40% at 128 (batch 16)")
+    seed: int = _setting(42, "seed of the initial weights, the batch order, the masks and dropout")
     # -- data
     prepared: list[str] | None = _setting(
         None, "prepared folders or Hub dataset repos (hfbert prepare), one per sequence length of the schedule; "
@@ -77,27 +85,11 @@ class PretrainConfig:
     dataset: str | None = _setting(
         None, "a `datasets` dataset of raw text instead of files: a save_to_disk folder or a load_dataset path")
     dataset_split: str = _setting("train", "split of --dataset")
-    text_column: str | None = _setting(None, "column of --dataset with the text ('sentences' or 'text' if not given)")
-    input_layout: str | None = _setting(
-        None, "sentences (one per line, blank line between documents), paragraphs (one per line) or people-daily "
-              "(segmented, POS-tagged Chinese)")
-    document_boundary: str | None = _setting(
-        None, "regex for heading lines that start a new document; 'chapter' = CHAPTER I / Chapter 9 headings")
-    eval_fraction: float = _setting(0.05, "share of documents held out for evaluation (whole documents)")
     max_eval_examples: int = _setting(
         1000, "cap on held-out examples (statically masked once, the same at every evaluation)")
-    masking: str = _setting("dynamic", "training masks: 'dynamic' (new masks every batch) or 'static' (dupe_factor "
-                                       "copies with fixed masks)")
-    dupe_factor: int | None = _setting(None, "corpus copies with different masks (default 10 static, 1 dynamic)")
-    masked_lm_prob: float = _setting(0.15, "share of tokens to predict")
-    max_predictions_per_seq: int = _setting(20, "cap on predicted tokens per sequence")
-    short_seq_prob: float = _setting(0.1, "probability of a shorter target length for an example")
-    whole_word_mask: bool = _setting(False, "mask whole words (every WordPiece of a chosen word)")
     num_proc: int = _setting(1, "processes for building examples")
     # -- tokenizer
     tokenizer: str | None = _setting(None, "a saved tokenizer folder to reuse instead of training one")
-    vocab_size: int = _setting(8000, "WordPiece vocabulary size when training one")
-    lowercase: bool = _setting(True, "lowercase and strip accents when training the vocabulary")
     # -- model
     preset: str = _setting("tiny", "model size: tiny, mini, small, medium, base, large")
     model: dict[str, Any] = _setting(help='HfBertConfig overrides as JSON, e.g. \'{"hidden_size": 128}\' (default: '
@@ -119,9 +111,6 @@ class PretrainConfig:
     max_steps: int = _setting(3000, "optimizer steps of the whole schedule (all phases)")
     max_time_minutes: float | None = _setting(
         20.0, "stop the training loop of this invocation after this long (null: never)")
-    max_seq_length: int | None = _setting(
-        None, "sequence length of a one-length run (no phases); default: the short-first schedule, 60% of the "
-              "steps at 32 (batch 64), then 40% at 128 (batch 16)")
     phases: list[dict[str, Any]] | None = _setting(
         None, 'the length schedule as JSON, e.g. \'[{"max_seq_length": 128, "fraction": 0.9}, '
               '{"max_seq_length": 512, "fraction": 0.1, "batch_size": 8}]\'')
@@ -135,7 +124,6 @@ class PretrainConfig:
     report_to: list[str] = _setting(help="trackers: jsonl (always on) and tensorboard (when installed)",
                                     factory=lambda: ["jsonl", "tensorboard"])
     progress_bar: bool = _setting(True, "show a progress bar")
-    seed: int = _setting(42, "seed of the initial weights, the batch order, the masks and dropout")
     output_dir: str = _setting("out/hfbert-tiny-austen", "folder of the run: checkpoints, logs, the exported model")
     resume: bool = _setting(False, "continue from the latest checkpoint in output_dir")
     overwrite_output_dir: bool = _setting(False, "start over in an output_dir that holds a previous run")
@@ -158,7 +146,10 @@ class PretrainConfig:
     fill_mask_text: str = _setting(DEFAULT_FILL_MASK_TEXT, "a sentence with [MASK] to try the trained model on")
 
     def __post_init__(self) -> None:
-        _check_types(self)
+        try:
+            super().__post_init__()  # the types of every field, and the example settings' values
+        except UsageError as err:
+            raise ConfigError(str(err)) from None
         self.resume = self.resume or self.resume_from is not None  # choosing a checkpoint is resuming
         _check_values(self)
         resolve_phases(self)  # validates the phase list
@@ -191,36 +182,6 @@ class Phase:
 # Validation
 
 
-_KINDS = {bool: "true or false", int: "an int", float: "a number", str: "a string", list: "a list",
-          dict: "a mapping"}
-
-
-def _fits(hint: Any, value: Any) -> bool:
-    """``value`` is of the (simple) type ``hint``: a scalar, ``list[str]``, ``list[dict]`` or ``dict``."""
-    kind = typing.get_origin(hint) or hint
-    if kind in (int, float) and isinstance(value, bool):
-        return False  # bools are ints to Python, never to a user
-    if not isinstance(value, (int, float) if kind is float else kind):
-        return False
-    item = (typing.get_args(hint) or (Any,))[0] if kind is list else Any
-    return item is not str or all(isinstance(element, str) for element in value)
-
-
-def _check_types(config: PretrainConfig) -> None:
-    """Values from a file or from Python are not typed by the command line: check them the same way."""
-    for name, hint in typing.get_type_hints(PretrainConfig).items():
-        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-        base = next(a for a in typing.get_args(hint) if a is not type(None)) if union else hint
-        value = getattr(config, name)
-        if value is None and union:
-            continue
-        if not _fits(base, value):
-            kind = _KINDS[typing.get_origin(base) or base]
-            raise ConfigError(f"{name} must be {kind}{' (or null)' if union else ''}, got {value!r}")
-        if base is float:
-            setattr(config, name, float(value))  # 1 and 1.0 mean the same; keep the dump consistent
-
-
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
@@ -232,16 +193,7 @@ def _check_values(c: PretrainConfig) -> None:
     _require(c.prepared is None or len(c.prepared) > 0, "prepared is an empty list; give at least one folder")
     _require(c.prepared is None or (c.input is None and c.dataset is None and c.tokenizer is None),
              "prepared folders hold their examples and tokenizer: give prepared, or input/dataset/tokenizer")
-    _require(c.input_layout in (None, *LAYOUTS), f"input_layout must be one of {LAYOUTS}, got {c.input_layout!r}")
-    try:
-        boundary_pattern(c.document_boundary)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
     _require(0.0 < c.eval_fraction < 1.0, f"eval_fraction must be in (0, 1), got {c.eval_fraction}")
-    _require(c.masking in ("dynamic", "static"), f"masking must be 'dynamic' or 'static', got {c.masking!r}")
-    _require(0.0 < c.masked_lm_prob < 1.0, f"masked_lm_prob must be in (0, 1), got {c.masked_lm_prob}")
-    _require(0.0 <= c.short_seq_prob <= 1.0, f"short_seq_prob must be in [0, 1], got {c.short_seq_prob}")
-    _require(c.vocab_size >= 16, f"vocab_size must be at least 16, got {c.vocab_size}")
     _require(c.optimizer in OPTIMIZERS, f"unknown optimizer {c.optimizer!r}; expected one of {list(OPTIMIZERS)}")
     _require(c.learning_rate > 0, f"learning_rate must be > 0, got {c.learning_rate}")
     _require(c.weight_decay >= 0, f"weight_decay must be >= 0, got {c.weight_decay}")
@@ -256,7 +208,7 @@ def _check_values(c: PretrainConfig) -> None:
              f"max_time_minutes must be > 0 (or null for no limit), got {c.max_time_minutes}")
     _require(c.mixed_precision in ("no", "bf16", "fp16"),
              f"mixed_precision must be 'no', 'bf16' or 'fp16', got {c.mixed_precision!r}")
-    for name in ("max_eval_examples", "max_predictions_per_seq", "num_proc", "batch_size", "max_steps",
+    for name in ("max_eval_examples", "num_proc", "batch_size", "max_steps",
                  "gradient_accumulation_steps", "logging_steps", "eval_steps", "eval_batch_size", "save_steps",
                  "keep_last"):
         _require(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
@@ -268,8 +220,6 @@ def _check_values(c: PretrainConfig) -> None:
         parse_size(c.cache_limit)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    _require(c.dupe_factor is None or c.dupe_factor >= 1, f"dupe_factor must be >= 1, got {c.dupe_factor}")
-    _require(c.seed >= 0, f"seed must be >= 0, got {c.seed}")
     unknown_trackers = sorted(set(c.report_to) - {"jsonl", "tensorboard"})
     _require(not unknown_trackers, f"report_to accepts 'jsonl' and 'tensorboard', got {unknown_trackers}")
     _require(bool(c.output_dir), "output_dir must not be empty")
@@ -306,21 +256,21 @@ def resolve_phases(c: PretrainConfig) -> list[Phase]:
         extra = sorted(set(phase) - allowed)
         _require(not extra, f"phase {number} has unknown key(s) {extra}; allowed: {sorted(allowed)}")
         length = phase.get("max_seq_length")
-        _require(_fits(int, length) and 8 <= length <= positions,
+        _require(fits_type(int, length) and 8 <= length <= positions,
                  f"phase {number}: max_seq_length must be an int in [8, {positions}] (the model's positions), "
                  f"got {length!r}")
         _require(("steps" in phase) != ("fraction" in phase), f"phase {number} needs exactly one of steps, fraction")
-        _require(_fits(int, phase.get("batch_size", 1)) and phase.get("batch_size", 1) >= 1,
+        _require(fits_type(int, phase.get("batch_size", 1)) and phase.get("batch_size", 1) >= 1,
                  f"phase {number}: batch_size must be an int >= 1, got {phase.get('batch_size')!r}")
     kinds = {"steps" if "steps" in p else "fraction" for p in raw}
     _require(len(kinds) == 1, "give every phase steps, or every phase a fraction, not a mix")
     if kinds == {"steps"}:
         steps = [p["steps"] for p in raw]
-        _require(all(_fits(int, s) and s >= 1 for s in steps), f"phase steps must be ints >= 1, got {steps}")
+        _require(all(fits_type(int, s) and s >= 1 for s in steps), f"phase steps must be ints >= 1, got {steps}")
         _require(sum(steps) == c.max_steps, f"phase steps {steps} sum to {sum(steps)}, not max_steps={c.max_steps}")
     else:
         fractions = [p["fraction"] for p in raw]
-        _require(all(_fits(float, f) and 0 < f <= 1 for f in fractions),
+        _require(all(fits_type(float, f) and 0 < f <= 1 for f in fractions),
                  f"phase fractions must be in (0, 1], got {fractions}")
         _require(abs(sum(fractions) - 1.0) < 1e-6, f"phase fractions {fractions} must sum to 1")
         steps = [int(round(f * c.max_steps)) for f in fractions[:-1]]

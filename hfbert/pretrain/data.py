@@ -23,6 +23,7 @@ input (``--input``, ``--dataset`` or the built-in corpus) into ``output_dir/prep
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
@@ -35,18 +36,19 @@ import torch
 from accelerate.utils import broadcast_object_list
 
 from ..data import DataCollatorForBertPretraining, PreparedCorpus, prepare_corpus
+from ..data.settings import ExampleSettings
 from ..data.sources import BUILTIN_CORPUS, load_dataset_split
 from .config import ConfigError, PretrainConfig
 
 __all__ = [
     "BUILTIN_CORPUS", "PREPARED_DIR", "BatchPlan", "Permutation", "TrainingData", "baselines", "check_sources",
-    "collate", "load_training_data", "prepare_source",
+    "collate", "corpus_collator", "load_training_data", "prepare_source",
 ]
 
 BUILTIN_CORPUS_NAME = "Jane Austen's six novels (public domain, shipped with hfbert)"
 #: Where a job without ``--prepared`` prepares its input, inside ``output_dir`` (one folder per length).
 PREPARED_DIR = "prepared"
-#: Batch widths are rounded up to a multiple of this (see :func:`_collator`).
+#: Batch widths are rounded up to a multiple of this (see :func:`corpus_collator`).
 PAD_TO_MULTIPLE_OF = 8
 _HELD_OUT_STREAM = 0x686F6C64  # separates the held-out masks' seeds from the training masks'
 # Errors of reading or building data that a user can fix: a missing file, a corrupt shard, an empty input.
@@ -107,7 +109,7 @@ def load_training_data(config: PretrainConfig, accelerator, lengths: Sequence[in
         tokenizer = corpora[lengths[0]].load_tokenizer()
     except _DATA_ERRORS as err:
         raise ConfigError(str(err).strip("'\"")) from None
-    collators = {length: _collator(corpus, tokenizer) for length, corpus in corpora.items()}
+    collators = {length: corpus_collator(corpus, tokenizer) for length, corpus in corpora.items()}
     held_out = {length: held_out_batches(corpus, collators[length], config.max_eval_examples,
                                          config.eval_batch_size, config.seed)
                 for length, corpus in corpora.items()}
@@ -142,34 +144,31 @@ def _by_length(opened: list[PreparedCorpus], lengths: list[int], config: Pretrai
     return {length: corpora[length] for length in lengths}
 
 
-# Settings of PretrainConfig that a prepared folder fixes when it is built; with --prepared they come from its
-# manifest, and a value given here that differs from both the default and the manifest is a mistake to report.
-_BUILD_SETTINGS = ("masking", "dupe_factor", "masked_lm_prob", "max_predictions_per_seq", "short_seq_prob",
-                   "whole_word_mask", "eval_fraction")
-
-
 def _check_data_settings(config: PretrainConfig, corpus: PreparedCorpus) -> None:
+    """With ``--prepared`` the example settings are the folder's (its manifest records them): a value given here that
+    differs from both the default and the manifest is a mistake to report. ``seed`` is also the job's own seed, and
+    ``max_seq_length`` the schedule's, so neither is compared."""
     defaults = PretrainConfig()
-    for name in _BUILD_SETTINGS:
-        given, built = getattr(config, name), corpus.settings.get(name)
+    built_with = ExampleSettings.from_recorded(corpus.settings)
+    for name in corpus.settings.keys() & {f.name for f in dataclasses.fields(ExampleSettings)}:
+        if name in ("seed", "max_seq_length"):
+            continue
+        given, built = getattr(config, name), getattr(built_with, name)
         if given != getattr(defaults, name) and given != built:
             raise ConfigError(f"{name} is {given!r} but the prepared folder {corpus.path} was built with {built!r}; "
                               "a prepared folder's data settings are its own (rebuild it to change them)")
 
 
-def _collator(corpus: PreparedCorpus, tokenizer) -> DataCollatorForBertPretraining:
-    """Pads (static masks are in the rows) or masks (dynamic) with the settings the folder was built with.
+def corpus_collator(corpus: PreparedCorpus, tokenizer) -> DataCollatorForBertPretraining:
+    """The collator of a prepared corpus: pads (static masks are in the rows) or masks (dynamic) with the settings
+    the folder was built with.
 
     Batches are padded to a multiple of :data:`PAD_TO_MULTIPLE_OF` tokens, so a phase's batches take a few widths
     instead of every length up to its maximum: allocations of the same few sizes are reused by the allocator
     (and by kernel caches keyed on shapes) step after step, instead of accumulating blocks of ever new sizes.
     """
-    s = corpus.settings
-    return DataCollatorForBertPretraining(
-        tokenizer, s["masked_lm_prob"], max_predictions_per_seq=s["max_predictions_per_seq"],
-        selection=s.get("selection", "fixed"), whole_word_mask=s["whole_word_mask"],
-        wwm_per_word_decision=s.get("wwm_per_word_decision", True),
-        random_token_ids=s.get("random_token_ids", "non_special"), pad_to_multiple_of=PAD_TO_MULTIPLE_OF)
+    masking = ExampleSettings.from_recorded(corpus.settings).masking_options()
+    return DataCollatorForBertPretraining(tokenizer, **masking, pad_to_multiple_of=PAD_TO_MULTIPLE_OF)
 
 
 def prepare_source(config: PretrainConfig):
@@ -211,14 +210,9 @@ def prepare_in_output_dir(config: PretrainConfig, accelerator, lengths: list[int
 def _prepare(config: PretrainConfig, folders: dict[int, Path], lengths: list[int], tokenizer) -> None:
     source = prepare_source(config)
     for number, length in enumerate(lengths):
-        prepare_corpus(
-            source, folders[length], tokenizer=tokenizer if number == 0 else folders[lengths[0]],
-            vocab_size=config.vocab_size, lowercase=config.lowercase, max_seq_length=length,
-            eval_fraction=config.eval_fraction, masking=config.masking, dupe_factor=config.dupe_factor,
-            masked_lm_prob=config.masked_lm_prob, max_predictions_per_seq=config.max_predictions_per_seq,
-            short_seq_prob=config.short_seq_prob, whole_word_mask=config.whole_word_mask,
-            input_layout=config.input_layout, document_boundary=config.document_boundary,
-            text_column=config.text_column, seed=config.seed, num_proc=config.num_proc, overwrite=True)
+        prepare_corpus(source, folders[length], config.example_settings(max_seq_length=length),
+                       tokenizer=tokenizer if number == 0 else folders[lengths[0]], num_proc=config.num_proc,
+                       overwrite=True)
 
 
 def _built(folders: dict[int, Path], with_tokenizer: bool = False) -> dict | None:

@@ -1,0 +1,158 @@
+"""How pretraining examples are built: one dataclass that every builder takes and the commands parse.
+
+After transformers' ``TrainingArguments``: :class:`ExampleSettings` holds every setting that decides the rows -- how
+the input is laid out, the vocabulary trained when no tokenizer is given, the NSP pairs, the masks, and how a
+prepared corpus is cut into shards and a held-out split -- each field with its default, its ``--help`` text and its
+check. :func:`~hfbert.data.prepare_corpus`, :func:`~hfbert.data.build_pretraining_dataset` and
+:func:`~hfbert.data.pipeline.make_builder` take it; ``hfbert prepare`` (:class:`~hfbert.data.cli.PrepareArguments`)
+and ``hfbert pretrain`` (:class:`~hfbert.pretrain.config.PretrainConfig`) extend it, so every field is an option of
+both commands with one name, one help text and one check. Adding a setting is adding a field here and reading it
+where the examples are built.
+
+Who builds (``num_proc``, ``engine``, ``scheduler``) is not here: it never changes the rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..arguments import UsageError, check_types
+from .segmenters import JiebaSegmenter, PreSegmented
+from .sources import LAYOUTS, boundary_pattern
+
+__all__ = ["DEFAULT_POOL_SIZE", "SEGMENTERS", "ExampleSettings"]
+
+# Documents per pool. 32, not more: the pools are also the unit of work of ``num_proc`` processes, and on a
+# corpus of a few hundred documents (Austen: ~280 chapters) 64 left 4 pools of unequal size, so 2 processes could
+# not split the work evenly (1.32x vs 1.63x from 1 to 2 processes at dupe factor 10, hfbert bench section c).
+DEFAULT_POOL_SIZE = 32
+#: Word segmenters for Chinese whole-word masking, by name.
+SEGMENTERS = {"presegmented": PreSegmented, "jieba": JiebaSegmenter}
+
+
+def _setting(default: Any, help: str, *, recorded: bool = True) -> Any:
+    """A field whose ``help`` is its ``--help`` line; ``recorded=False``: not one of the prepared folder's settings
+    (the manifest records the input's layout under ``input`` and the vocabulary as the tokenizer itself)."""
+    return field(default=default, metadata={"help": help, "recorded": recorded})
+
+
+@dataclass
+class ExampleSettings:
+    """Every setting of building BERT pretraining examples (see the module docstring)."""
+
+    # -- the input
+    input_layout: Literal["sentences", "paragraphs", "people-daily"] | None = _setting(
+        None, "sentences: one sentence per line, a blank line between documents (the original format); paragraphs: "
+              "one paragraph per line; people-daily: segmented, POS-tagged Chinese (default: sentences; for the "
+              "built-in corpus paragraphs)", recorded=False)
+    document_boundary: str | None = _setting(
+        None, "regex for heading lines that start a document; 'chapter' = CHAPTER I / Chapter 9", recorded=False)
+    text_column: str | None = _setting(
+        None, "column of a dataset: 'sentences' (list of str per document) or 'text' (one document per row); "
+              "default: whichever it has", recorded=False)
+    # -- the vocabulary, when no tokenizer is given
+    vocab_size: int = _setting(8000, "WordPiece vocabulary size when training one", recorded=False)
+    lowercase: bool = _setting(True, "lower-case and strip accents when training a vocabulary", recorded=False)
+    # -- NSP pairs
+    max_seq_length: int = _setting(128, "tokens per example, [CLS] and [SEP] included")
+    short_seq_prob: float = _setting(0.1, "probability of a shorter target length")
+    dupe_factor: int | None = _setting(
+        None, "passes over the corpus with different masks (default: 10 static, 1 dynamic)")
+    pool_size: int = _setting(DEFAULT_POOL_SIZE, "documents per random-next pool")
+    distinct_random_document: bool = _setting(
+        True, "a random-next segment never comes from the same document (the original could pick it again)")
+    # -- masks
+    masking: Literal["static", "dynamic"] = _setting(
+        "static", "static: masks drawn when the examples are built, dupe_factor copies (the original); dynamic: "
+                  "the collator draws new masks for every batch")
+    masked_lm_prob: float = _setting(0.15, "share of tokens selected for masked LM")
+    max_predictions_per_seq: int = _setting(20, "at most this many masked positions per example")
+    selection: Literal["fixed", "bernoulli"] = _setting(
+        "fixed", "fixed: exactly round(length x masked_lm_prob) positions (the original); bernoulli: independent")
+    whole_word_mask: bool = _setting(False, "mask whole words (every WordPiece of a chosen word)")
+    wwm_per_word_decision: bool = _setting(
+        True, "whole-word masking: one [MASK]/random/keep decision per word (false: per token, as the original)")
+    random_token_ids: Literal["non_special", "any"] = _setting(
+        "non_special", "random replacements: never special tokens (non_special) or the whole vocabulary (any)")
+    segmenter: Literal["presegmented", "jieba"] | None = _setting(
+        None, "Chinese word boundaries for whole-word masking (people-daily implies presegmented)")
+    # -- a prepared corpus: shards and the held-out split
+    num_shards: int | None = _setting(
+        None, "shards per split (default: one per 32 MiB of input per duplication pass)")
+    eval_fraction: float = _setting(0.05, "share of documents held out for validation (whole documents)")
+    seed: int = _setting(12345, "seed of every random draw of the examples (the original's default)")
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        checks = [
+            # None only where a subclass allows it (hfbert pretrain: the length schedule decides)
+            (self.max_seq_length is None or self.max_seq_length >= 5,
+             f"max_seq_length must be >= 5 ([CLS] a [SEP] b [SEP]), got {self.max_seq_length}"),
+            (0.0 <= self.short_seq_prob <= 1.0, f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}"),
+            (self.dupe_factor is None or self.dupe_factor >= 1, f"dupe_factor must be >= 1, got {self.dupe_factor}"),
+            (self.pool_size >= 2, f"pool_size must be >= 2 (random-next needs another document), got {self.pool_size}"),
+            (0.0 < self.masked_lm_prob < 1.0, f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}"),
+            (self.max_predictions_per_seq >= 1,
+             f"max_predictions_per_seq must be >= 1, got {self.max_predictions_per_seq}"),
+            (self.num_shards is None or self.num_shards >= 1, f"num_shards must be >= 1, got {self.num_shards}"),
+            (0.0 <= self.eval_fraction < 1.0, f"eval_fraction must be in [0, 1), got {self.eval_fraction}"),
+            (self.seed >= 0, f"seed must be >= 0, got {self.seed}"),
+            (self.vocab_size >= 16, f"vocab_size must be at least 16, got {self.vocab_size}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UsageError(message)
+        if self.input_layout not in (None, *LAYOUTS):
+            raise UsageError(f"input_layout must be one of {LAYOUTS}, got {self.input_layout!r}")
+        try:
+            boundary_pattern(self.document_boundary)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+
+    # -- views
+    def example_settings(self, **changes) -> ExampleSettings:
+        """These settings as a plain :class:`ExampleSettings` (from a command's arguments, which extend it), with
+        ``changes`` applied; an unknown name is a ``TypeError`` naming it."""
+        names = [f.name for f in dataclasses.fields(ExampleSettings)]
+        unknown = sorted(set(changes) - set(names))
+        if unknown:
+            raise TypeError(f"unknown example setting(s) {unknown}; the settings are the fields of "
+                            "hfbert.data.ExampleSettings")
+        return ExampleSettings(**{name: changes.get(name, getattr(self, name)) for name in names})
+
+    @property
+    def passes(self) -> int:
+        """``dupe_factor``, or its default: 10 copies for static masking (the original), 1 for dynamic."""
+        return self.dupe_factor if self.dupe_factor is not None else (10 if self.masking == "static" else 1)
+
+    @property
+    def segmenter_name(self) -> str | None:
+        """``segmenter``, or ``presegmented`` for whole-word masking of People's Daily (segmented with spaces)."""
+        if self.segmenter is None and self.input_layout == "people-daily" and self.whole_word_mask:
+            return "presegmented"
+        return self.segmenter
+
+    def word_segmenter(self):
+        """The word segmenter object that :attr:`segmenter_name` names, or None."""
+        return SEGMENTERS[self.segmenter_name]() if self.segmenter_name else None
+
+    def masking_options(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~hfbert.data.MaskingSpec` and of the collator's masking."""
+        return {"masked_lm_prob": self.masked_lm_prob, "max_predictions_per_seq": self.max_predictions_per_seq,
+                "selection": self.selection, "whole_word_mask": self.whole_word_mask,
+                "wwm_per_word_decision": self.wwm_per_word_decision, "random_token_ids": self.random_token_ids}
+
+    def recorded(self) -> dict[str, Any]:
+        """The settings a prepared folder's manifest and a build report record, defaults resolved."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(ExampleSettings)
+                  if f.metadata.get("recorded", True)}
+        return {**values, "dupe_factor": self.passes, "segmenter": self.segmenter_name}
+
+    @classmethod
+    def from_recorded(cls, recorded: dict[str, Any]) -> ExampleSettings:
+        """The settings a prepared folder was built with, from its manifest (older manifests lack some fields:
+        their defaults)."""
+        names = {f.name for f in dataclasses.fields(cls) if f.metadata.get("recorded", True)}
+        return cls(**{key: value for key, value in recorded.items() if key in names})

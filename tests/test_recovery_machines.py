@@ -1,0 +1,254 @@
+"""Recovery at many machines and on a full disk.
+
+* Two machines without a shared disk (two ``accelerate launch --num_machines 2`` commands on one host, each with its
+  own output folder), dropout on: both killed with SIGKILL mid-run, the second machine's folder deleted, resumed --
+  the final weights equal an uninterrupted run's bit for bit. Nothing of the checkpoints lives on the second machine.
+* A NaN on one of two processes: both stop at that step, the message is printed once, the exit status is non-zero,
+  and nothing waits (every launch runs under a time limit).
+* A disk that fills while a checkpoint or the export is written (the writers raise what torch and safetensors raise
+  on a full disk): one line naming the folder and the space needed, the previous checkpoint loads, no half-written
+  model folder, and ``--resume`` once space is free ends bitwise equal to an uninterrupted run.
+
+The tiny model and corpus of tests/test_pretrain.py, fp32 (``mixed_precision no``).
+"""
+
+import errno
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from safetensors import SafetensorError
+
+import hfbert  # noqa: F401  (registers the Auto classes)
+from hfbert.pretrain import main, pretrain
+from hfbert.pretrain.checkpointing import STATE_FILE, is_complete, list_checkpoints
+from hfbert.pretrain.config import PretrainConfig
+from hfbert.pretrain.tracking import read_jsonl
+from test_pretrain import (  # noqa: F401  (fixtures)
+    TINY_MODEL, assert_same_weights, corpus, logged_steps, one_thread, prepare_folders, settings, write_config)
+
+STEPS = 8
+DROPOUT = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
+LAUNCH_TIMEOUT = 300  # seconds; a launch that takes longer is a hang
+
+
+@pytest.fixture(scope="module")
+def folder(corpus, tmp_path_factory) -> Path:
+    return prepare_folders(corpus, tmp_path_factory.mktemp("machines"), lengths=(64,))[64]
+
+
+def run_settings(folder: Path, output_dir, **overrides) -> dict:
+    """Dropout 0.1, fp32, a checkpoint every 2 steps; 4 rows per process and step."""
+    values = dict(model={**TINY_MODEL, **DROPOUT}, batch_size=4, max_steps=STEPS, save_steps=2, eval_steps=STEPS,
+                  keep_last=2, max_eval_examples=8)
+    return settings([folder], output_dir, **{**values, **overrides})
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def accelerate(*args: str) -> list[str]:
+    launcher = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
+    return [launcher, "launch", "--mixed_precision", "no", "--dynamo_backend", "no", *args]
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+# Run as each machine's process: `hfbert pretrain --config FILE`, killed by SIGKILL right after the main process has
+# published checkpoint ``sys.argv[2]`` (the other machine is then waiting for it in a collective).
+KILL_AFTER = """
+    import os, signal, sys, torch
+    torch.set_num_threads(1)
+    import hfbert.pretrain.checkpointing as checkpointing
+    from hfbert.pretrain import main
+
+    def die(point):
+        if point == "published" and os.path.isdir(sys.argv[2]):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    checkpointing._crash_hook = die
+    sys.exit(main(["--config", sys.argv[1]]))
+"""
+
+
+def two_machines(tmp_path: Path, name: str, values: dict, script: Path | None = None, *args: str):
+    """Start machine 0 and machine 1 (one process each), each with its own output folder ``name-machine{r}``;
+    returns the two Popen objects (each launcher in its own process group)."""
+    port, machines = free_port(), []
+    for rank in (0, 1):
+        config_file = write_config(tmp_path / f"{name}-machine{rank}.json",
+                                   {**values, "output_dir": str(tmp_path / f"{name}-machine{rank}")})
+        program = [str(script), str(config_file), *args] if script else ["-m", "hfbert.pretrain", "--config",
+                                                                          str(config_file)]
+        command = accelerate("--multi_gpu", "--num_machines", "2", "--machine_rank", str(rank), "--num_processes",
+                             "2", "--main_process_ip", "127.0.0.1", "--main_process_port", str(port), *program)
+        machines.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                         env=ENV, start_new_session=True))
+    return machines
+
+
+def finish(machines) -> list[str]:
+    errors = []
+    for machine in machines:
+        _, err = machine.communicate(timeout=LAUNCH_TIMEOUT)
+        assert machine.returncode == 0, err[-3000:]
+        errors.append(err)
+    return errors
+
+
+def test_two_machines_without_a_shared_disk_resume_exactly_after_both_die(folder, tmp_path):
+    values = run_settings(folder, "OUT")
+    finish(two_machines(tmp_path, "straight", values))
+    straight, straight_other = tmp_path / "straight-machine0", tmp_path / "straight-machine1"
+    assert json.loads((straight / "metrics.json").read_text())["num_processes"] == 2
+    # Only the main machine holds checkpoints: the other removes its copy of accelerate's random states.
+    assert not list(straight_other.glob("checkpoint-*")), sorted(p.name for p in straight_other.iterdir())
+
+    script = tmp_path / "kill_after.py"
+    script.write_text(textwrap.dedent(KILL_AFTER))
+    killed_main = tmp_path / "killed-machine0"
+    machines = two_machines(tmp_path, "killed", values, script, str(killed_main / "checkpoint-00000004"))
+    machines[0].communicate(timeout=LAUNCH_TIMEOUT)  # its process killed itself after publishing checkpoint 4
+    os.killpg(machines[1].pid, signal.SIGKILL)  # and the other machine dies too
+    machines[1].communicate(timeout=60)
+    assert [s for s, _ in list_checkpoints(killed_main)] == [2, 4]
+    assert not (killed_main / "model.safetensors").exists()
+    shutil.rmtree(tmp_path / "killed-machine1")  # the second machine's disk is lost
+
+    finish(two_machines(tmp_path, "killed", {**values, "resume": True}))
+    assert_same_weights(straight, killed_main)
+    assert logged_steps(killed_main) == logged_steps(straight)
+    state = json.loads((killed_main / "checkpoint-00000008" / STATE_FILE).read_text())
+    assert state["step"] == STEPS and not list((tmp_path / "killed-machine1").glob("checkpoint-*"))
+
+
+DIVERGE_ON_RANK_1 = """
+    import os, sys, torch
+    torch.set_num_threads(1)
+    import hfbert
+    from hfbert.pretrain import loop, main
+
+    rank, at = int(os.environ["RANK"]), int(sys.argv[2])
+    forward, calls = hfbert.HfBertForPreTraining.forward, {"train": 0}
+
+    def nan_on_rank_1(self, *args, **kwargs):
+        outputs = forward(self, *args, **kwargs)
+        if self.training:
+            calls["train"] += 1
+            if rank == 1 and calls["train"] == at:
+                outputs.nsp_loss = outputs.nsp_loss * float("nan")
+        return outputs
+
+    train_step = loop._Loop.train_step
+
+    def watched(self, *args, **kwargs):
+        try:
+            return train_step(self, *args, **kwargs)
+        except loop.TrainingDivergedError as err:
+            print(f"rank {rank} stopped at step {err.step}", flush=True)
+            raise
+
+    hfbert.HfBertForPreTraining.forward = nan_on_rank_1
+    loop._Loop.train_step = watched
+    sys.exit(main(["--config", sys.argv[1]]))
+"""
+
+
+def test_a_nan_on_one_of_two_processes_stops_both_at_that_step_with_one_message(folder, tmp_path):
+    out = tmp_path / "run"
+    config_file = write_config(tmp_path / "run.json", run_settings(folder, out))
+    script = tmp_path / "diverge.py"
+    script.write_text(textwrap.dedent(DIVERGE_ON_RANK_1))
+    done = subprocess.run(accelerate("--multi_gpu", "--num_processes", "2", "--num_machines", "1", str(script),
+                                     str(config_file), "5"),
+                          capture_output=True, text=True, timeout=LAUNCH_TIMEOUT, env=ENV)
+    assert done.returncode != 0
+    assert "rank 0 stopped at step 5" in done.stdout and "rank 1 stopped at step 5" in done.stdout, done.stdout
+    assert done.stderr.count("the training loss became nan at step 5") == 1, done.stderr[-3000:]
+    assert done.stderr.count("hfbert pretrain: the training loss") == 1
+    assert "The last good checkpoint is" in done.stderr and "checkpoint-00000002" in done.stderr
+    diverged = [r for r in read_jsonl(out / "runs" / "metrics.jsonl") if r.get("event") == "diverged"]
+    assert [r["step"] for r in diverged] == [5]
+    assert not (out / "model.safetensors").exists()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A full disk
+
+
+@pytest.fixture(scope="module")
+def straight(folder, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("straight") / "run"
+    pretrain(PretrainConfig.from_dict(run_settings(folder, out)))
+    return out
+
+
+def disk_fills(monkeypatch, what: str, when) -> None:
+    """From the first write ``when(path)`` accepts on, ``what`` ("checkpoint": torch.save through a file object,
+    as accelerate writes checkpoints; "export": safetensors, as save_pretrained writes weights) fails the way it does
+    on a full disk."""
+    if what == "checkpoint":
+        save = torch.save
+
+        def full(obj, f, *args, **kwargs):
+            if when(str(f)):
+                Path(f).write_bytes(b"\0" * 100)  # the part that fitted
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return save(obj, f, *args, **kwargs)
+
+        monkeypatch.setattr(torch, "save", full)
+    else:
+        def full(tensors, filename, *args, **kwargs):
+            Path(filename).write_bytes(b"\0" * 100)
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+        monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full)
+
+
+def test_a_full_disk_stops_in_one_line_keeps_the_last_checkpoint_and_resumes_exactly(folder, straight, tmp_path,
+                                                                                      monkeypatch, capsys):
+    out = tmp_path / "run"
+    args = ["--config", str(write_config(tmp_path / "run.json", run_settings(folder, out)))]
+
+    with monkeypatch.context() as patch:
+        disk_fills(patch, "checkpoint", lambda path: "checkpoint-00000006.tmp" in path)
+        assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("hfbert pretrain: error: could not write the checkpoint of step 6 to ")
+    assert f"No space left on device in {out} (a checkpoint of this run takes " in err and " MB are free" in err
+    assert f"The latest complete checkpoint is {out / 'checkpoint-00000004'} and was not modified" in err
+    assert [s for s, _ in list_checkpoints(out)] == [2, 4] and not list(out.glob("*.tmp"))  # the partial write is gone
+    latest = out / "checkpoint-00000004"
+    assert is_complete(latest) and torch.load(latest / "pytorch_model.bin", weights_only=True)
+    assert torch.load(latest / "optimizer.bin", weights_only=True)["state"]
+
+    # Space freed, but the export does not fit: no model folder that from_pretrained would load.
+    with monkeypatch.context() as patch:
+        disk_fills(patch, "export", lambda path: True)
+        assert main([*args, "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"hfbert pretrain: error: could not write the exported model to "
+                                                   f"{out}: No space left on device"), err
+    assert not (out / "config.json").exists() and not (out / "model.safetensors").exists()
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # no staging folder left behind
+    with pytest.raises((OSError, ValueError), match="config.json"):  # nothing to load, no mix of old and new
+        transformers.AutoModelForPreTraining.from_pretrained(out)
+    assert [s for s, _ in list_checkpoints(out)] == [6, 8]
+
+    assert main([*args, "--resume"]) == 0  # the export, from the final checkpoint
+    capsys.readouterr()
+    assert_same_weights(straight, out)
+    transformers.AutoModelForPreTraining.from_pretrained(out)
