@@ -11,11 +11,18 @@ hfbert or a stock BERT checkpoint (a local folder or a Hub repository, at any re
 class, and refuses any other ``model_type`` with a message naming it.
 
 Timeouts. huggingface_hub's shared HTTP client waits forever by default (and some of its calls ask for no limit),
-so an endpoint that accepts the connection and never answers would hang a push for good. Every Hub call made here
-runs inside :func:`hub_timeout`: connecting, each read and each write give up after ``timeout`` seconds (the
-``timeout`` argument, else the ``HFBERT_HUB_TIMEOUT`` environment variable, else :data:`DEFAULT_TIMEOUT`); raise it
-for slow links. Nothing outside these calls changes. One gap: when a connection is refused in the middle of an
-upload, huggingface_hub replaces its shared client before retrying, and the new client has no limit.
+and it retries a request that timed out, up to five times with pauses between tries: a limit on each wait is not a
+limit on the wait. Every Hub call made here runs inside :func:`hub_timeout`, whose limit (the ``timeout`` argument,
+else the ``HFBERT_HUB_TIMEOUT`` environment variable, else :data:`DEFAULT_TIMEOUT`; raise it for slow links) bounds
+how long the operation goes without an answer from the Hub, retries included: each request gives up connecting,
+and between bytes read or written, when the time since the last answer reaches the limit, and once it is reached
+no new try starts. Transfers that make progress are never cut. The whole wait is at most the limit plus one of
+huggingface_hub's pauses between tries (at most 8 s).
+
+The limit is a request hook on huggingface_hub's HTTP clients. huggingface_hub replaces its shared client after a
+refused connection; the replacement comes from the client factory, which :func:`hub_timeout` wraps (once, with
+``huggingface_hub.set_client_factory``) so that every client it makes carries the hook too. Outside the blocks the
+hook does nothing: requests made there are exactly huggingface_hub's.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import json
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +45,7 @@ from huggingface_hub import (
     get_session,
     hf_hub_download,
     hf_hub_url,
+    set_client_factory,
     snapshot_download,
 )
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
@@ -47,6 +56,7 @@ from .configuration_hfbert import HfBertConfig
 from .convert import detect_flavour, head_of, model_class
 
 __all__ = ["DEFAULT_IGNORE_PATTERNS", "DEFAULT_TIMEOUT", "TIMEOUT_ENV", "HubDownloadError", "HubPushError",
+           "HubWaitExceeded",
            "PushArguments", "PushResult", "download_snapshot", "hub_timeout", "load_any_bert", "main",
            "push_to_hub", "read_config_any", "resolve_timeout"]
 
@@ -107,50 +117,95 @@ def resolve_timeout(timeout: float | None = None) -> float:
     return seconds
 
 
+class HubWaitExceeded(TimeoutError):
+    """The Hub gave no answer for the whole limit of a :func:`hub_timeout` block, retries included. Raised instead of
+    starting another try (huggingface_hub does not retry it)."""
+
+    def __init__(self, request, seconds: float):
+        super().__init__(f"no answer from the Hub for {seconds:g} s, retries included; not trying {request.method} "
+                         f"{request.url} again")
+        self.request = request
+
+
+class _Limit:
+    """One open :func:`hub_timeout` block: its limit and when the Hub last answered."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.last_answer = seconds, time.monotonic()
+
+    def left(self) -> float:
+        return self.seconds - (time.monotonic() - self.last_answer)
+
+
 _TIMEOUT_LOCK = threading.Lock()
-_active_limits: list[float] = []  # the limits of the hub_timeout blocks now open, innermost last
+_active_limits: list[_Limit] = []  # the hub_timeout blocks now open, innermost last
 
 
 def _apply_limit(request) -> None:
-    """A request hook of huggingface_hub's shared client: while a :func:`hub_timeout` block is open, the request
-    waits at most that long to connect, for each read and each write -- whatever limit its caller passed, ``None``
-    (no limit) included, which huggingface_hub passes for some calls."""
-    if _active_limits:
-        seconds = _active_limits[-1]
-        request.extensions["timeout"] = {"connect": seconds, "read": seconds, "write": seconds, "pool": seconds}
+    """A request hook of huggingface_hub's clients: while a :func:`hub_timeout` block is open, the request waits at
+    most the time left until the limit (since the Hub's last answer) to connect, for each read and each write --
+    whatever limit its caller passed, ``None`` (no limit) included; with no time left it is not sent."""
+    if not _active_limits:
+        return
+    limit = _active_limits[-1]
+    left = limit.left()
+    if left <= 0:
+        raise HubWaitExceeded(request, limit.seconds)
+    request.extensions["timeout"] = {"connect": left, "read": left, "write": left, "pool": left}
+
+
+def _note_answer(response) -> None:
+    """A response hook: the Hub answered, so the wait of every open block starts again."""
+    now = time.monotonic()
+    for limit in list(_active_limits):
+        limit.last_answer = now
+
+
+def _with_limit(factory):
+    """``factory`` (huggingface_hub's client factory), making clients that carry the limit's hooks."""
+    def make():
+        client = factory()
+        hooks = client.event_hooks
+        client.event_hooks = {**hooks, "request": [*hooks.get("request", []), _apply_limit],
+                              "response": [*hooks.get("response", []), _note_answer]}
+        return client
+
+    make.hfbert_limited = True
+    return make
+
+
+def _install_limit() -> None:
+    """Make huggingface_hub's client factory the limited one (once; again after someone else replaced it)."""
+    from huggingface_hub.utils import _http  # the factory in use has no public getter
+
+    factory = getattr(_http, "_GLOBAL_CLIENT_FACTORY", _http.default_client_factory)
+    if not getattr(factory, "hfbert_limited", False):
+        set_client_factory(_with_limit(factory))  # closes the current client; the next one has the hooks
 
 
 @contextlib.contextmanager
 def hub_timeout(timeout: float | None = None) -> Iterator[float]:
-    """Within the block, huggingface_hub's requests give up after ``timeout`` seconds (see :func:`resolve_timeout`)
-    connecting, and between bytes read or written; yields the seconds.
-
-    The limit is a request hook on huggingface_hub's shared HTTP client, added when the outermost block opens and
-    removed when it closes, so code outside the blocks sees huggingface_hub exactly as it was. Requests made by
-    other threads while a block is open get the limit too.
-    """
+    """Within the block, huggingface_hub's requests give up once the Hub has not answered for ``timeout`` seconds
+    (see :func:`resolve_timeout`), retries included, connecting and between bytes read or written; yields the
+    seconds. Requests made by other threads while a block is open get the limit too; outside the blocks, nothing
+    changes (see the module docstring)."""
     seconds = resolve_timeout(timeout)
+    limit = _Limit(seconds)
     with _TIMEOUT_LOCK:
-        client = get_session()
-        hooks = client.event_hooks
-        if _apply_limit not in hooks["request"]:
-            client.event_hooks = {**hooks, "request": [*hooks["request"], _apply_limit]}
-        _active_limits.append(seconds)
+        _install_limit()
+        _active_limits.append(limit)
     try:
         yield seconds
     finally:
         with _TIMEOUT_LOCK:
-            _active_limits.remove(seconds)
-            hooks = client.event_hooks
-            if not _active_limits and _apply_limit in hooks["request"]:
-                client.event_hooks = {**hooks, "request": [h for h in hooks["request"] if h is not _apply_limit]}
+            _active_limits.remove(limit)
 
 
 def _timed_out(err: BaseException) -> BaseException | None:
     """The HTTP client's timeout error in ``err`` or its causes (huggingface_hub and transformers wrap it)."""
     seen = 0
     while err is not None and seen < 10:
-        if "TimeoutException" in {cls.__name__ for cls in type(err).__mro__}:
+        if isinstance(err, HubWaitExceeded) or "TimeoutException" in {cls.__name__ for cls in type(err).__mro__}:
             return err
         err, seen = err.__cause__ or err.__context__, seen + 1
     return None

@@ -547,8 +547,10 @@ def _make_handler(hub: HubServer):
     return Handler
 
 
-def start_hub(tokens: dict[str, tuple[str, str]] | None = None) -> tuple[HubServer, ThreadingHTTPServer]:
-    hub = HubServer(tokens)
+def start_hub(tokens: dict[str, tuple[str, str]] | None = None,
+              hub: HubServer | None = None) -> tuple[HubServer, ThreadingHTTPServer]:
+    """Serve ``hub`` (default: a fresh HubServer with ``tokens``) on 127.0.0.1, a free port, in a thread."""
+    hub = hub if hub is not None else HubServer(tokens)
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(hub))
     httpd.daemon_threads = True
     hub.url = f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -603,8 +605,8 @@ class SilentServer:
     own timeout ends the wait.
     """
 
-    def __init__(self):
-        self.socket = socket.create_server(("127.0.0.1", 0))
+    def __init__(self, port: int = 0):
+        self.socket = socket.create_server(("127.0.0.1", port))
         self.socket.settimeout(0.05)  # so that the accepting thread notices close()
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
         self.connections: list[socket.socket] = []

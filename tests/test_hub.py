@@ -18,10 +18,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from huggingface_hub import constants, get_session
+import threading
+
+from huggingface_hub import close_session, constants, get_session
+from huggingface_hub.utils import _http as hf_http
+from huggingface_hub.utils import http_backoff
 from hub_server import (  # noqa: F401
     BLOCK_HFBERT,
     HubServer,
+    SilentServer,
     allow_hub_calls,
     hub_server,
     run_client,
@@ -34,6 +39,7 @@ from hfbert.hub import (
     TIMEOUT_ENV,
     HubDownloadError,
     HubPushError,
+    HubWaitExceeded,
     download_snapshot,
     hub_timeout,
     load_any_bert,
@@ -350,7 +356,7 @@ def test_push_to_a_silent_endpoint_times_out_and_leaves_the_folder_intact(silent
     allow_hub_calls(monkeypatch)
     folder = tmp_path / "run"
     save_tiny(folder, hfbert.HfBertForMaskedLM, 0)
-    before, hooks = folder_state(folder), get_session().event_hooks
+    before = folder_state(folder)
     url = silent_server.url.replace(".", r"\.")
 
     started = time.monotonic()
@@ -360,7 +366,7 @@ def test_push_to_a_silent_endpoint_times_out_and_leaves_the_folder_intact(silent
         push_to_hub(folder, "user/x", token=WRITE, endpoint=silent_server.url, timeout=1)
     assert time.monotonic() - started < 4  # the limit, not a hang (nor five retries)
     assert folder_state(folder) == before
-    assert get_session().event_hooks == hooks  # huggingface_hub's shared client is as it was
+    assert_unlimited_outside_the_blocks(silent_server)
 
     monkeypatch.setenv(TIMEOUT_ENV, "0.5")  # the setting for code that cannot pass timeout=
     with pytest.raises(HubPushError, match=r"did not answer within 0\.5 s"):
@@ -399,21 +405,119 @@ def test_downloads_from_a_silent_endpoint_time_out(silent_server, tmp_path, monk
     assert time.monotonic() - started < 8
 
 
-def test_hub_timeout_limits_every_request_and_restores_the_client(silent_server, monkeypatch):
+def assert_unlimited_outside_the_blocks(silent_server) -> None:
+    """Outside every hub_timeout block, a request waits what its caller asked for (the limit is gone)."""
+    started = time.monotonic()
+    with pytest.raises(Exception, match="timed out"):
+        get_session().get(silent_server.url, timeout=1.5)
+    assert time.monotonic() - started >= 1.4
+
+
+def test_hub_timeout_limits_every_request_and_every_replacement_client(silent_server, monkeypatch):
     allow_hub_calls(monkeypatch)
-    client = get_session()
-    hooks, default = client.event_hooks, client.timeout
     with pytest.raises(KeyError), hub_timeout(2.5) as seconds, hub_timeout(0.5):
         assert seconds == 2.5
         started = time.monotonic()
         with pytest.raises(Exception, match="timed out"):
-            client.get(silent_server.url, timeout=None)  # a caller's "no limit" is limited too
+            get_session().get(silent_server.url, timeout=None)  # a caller's "no limit" is limited too
         assert time.monotonic() - started < 2  # the innermost block's limit
+        close_session()  # what huggingface_hub does after a refused connection: the next client is a new one
+        with pytest.raises(Exception, match="timed out|no answer"):
+            get_session().get(silent_server.url, timeout=None)
+        assert time.monotonic() - started < 2
         raise KeyError("boom")
-    assert client.event_hooks == hooks and client.timeout == default
+    assert_unlimited_outside_the_blocks(silent_server)
     with pytest.raises(ValueError, match="timeout must be a positive, finite number of seconds, got 0"):
         with hub_timeout(0):
             pass
+
+
+def test_the_limit_bounds_the_whole_wait_retries_included(silent_server, monkeypatch):
+    """The wait is counted from the Hub's last answer: once the limit has passed, no new try starts."""
+    allow_hub_calls(monkeypatch)
+    with hub_timeout(1.0):
+        started = time.monotonic()
+        with pytest.raises(HubWaitExceeded, match=r"no answer from the Hub for 1 s, retries included"):
+            http_backoff("GET", silent_server.url, base_wait_time=0.1, max_wait_time=0.1)  # five retries
+        assert time.monotonic() - started < 2
+
+
+class UploadGoesTo(HubServer):
+    """A Hub that answers everything, but sends the LFS upload (the weights) to ``upload_url``."""
+
+    upload_url = ""
+
+    def lfs_batch(self, h, m, q, body):
+        answer = super().lfs_batch(h, m, q, body)
+        for obj in answer["objects"]:
+            if "actions" in obj:
+                obj["actions"]["upload"]["href"] = f"{self.upload_url}/_lfs/{obj['oid']}"
+        return answer
+
+
+@pytest.mark.parametrize("seconds", [10, 60])
+def test_a_push_whose_upload_goes_silent_fails_within_the_limit(silent_server, tmp_path, monkeypatch, seconds):
+    """huggingface_hub retries an upload that timed out five times; each try used to wait the full limit."""
+    allow_hub_calls(monkeypatch)
+    hub = UploadGoesTo()
+    hub.upload_url = silent_server.url
+    _, httpd = start_hub(hub=hub)
+    folder = tmp_path / "run"
+    save_tiny(folder, hfbert.HfBertForMaskedLM, 0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(HubPushError, match=rf"did not answer within {seconds} s while pushing user/x"):
+            push_to_hub(folder, "user/x", token=WRITE, endpoint=hub.url, timeout=seconds)
+        waited = time.monotonic() - started
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert seconds - 1 < waited < seconds + 5
+    assert any(path.endswith("/preupload/main") for _, path, _ in hub.requests)  # it got as far as the upload
+
+
+def test_a_refused_connection_mid_upload_does_not_lift_the_limit(tmp_path, monkeypatch):
+    """The upload's first try is refused (huggingface_hub then replaces its client), the next one meets an endpoint
+    that never answers: the replacement client has the limit too, so the push fails instead of waiting for good."""
+    allow_hub_calls(monkeypatch)
+    replaced = []
+    monkeypatch.setattr(hf_http, "close_session", lambda: (replaced.append(1), close_session())[1])
+    port = free_port()
+    silent: list[SilentServer] = []
+
+    class RefusedThenSilent(UploadGoesTo):
+        def lfs_batch(self, h, m, q, body):  # nothing listens on the port until a moment after this answer
+            threading.Timer(0.5, lambda: silent.append(SilentServer(port))).start()
+            return super().lfs_batch(h, m, q, body)
+
+    hub = RefusedThenSilent()
+    hub.upload_url = f"http://127.0.0.1:{port}"
+    _, httpd = start_hub(hub=hub)
+    folder = tmp_path / "run"
+    save_tiny(folder, hfbert.HfBertForMaskedLM, 0)
+    outcome: list[BaseException] = []
+
+    def push() -> None:
+        try:
+            push_to_hub(folder, "user/x", token=WRITE, endpoint=hub.url, timeout=3)
+        except BaseException as err:  # noqa: BLE001  (reported to the test thread)
+            outcome.append(err)
+
+    worker = threading.Thread(target=push, daemon=True)
+    started = time.monotonic()
+    worker.start()
+    worker.join(timeout=30)
+    try:
+        assert not worker.is_alive(), "the push is still waiting: a client without a limit"
+        assert replaced, "the first upload try was not refused"
+        assert len(outcome) == 1 and isinstance(outcome[0], HubPushError), outcome
+        assert "did not answer within 3 s" in str(outcome[0])
+        assert time.monotonic() - started < 3 + 8 + 5  # the limit, one pause between tries, the set-up
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        for server in silent:
+            server.close()
 
 
 # --- datasets ------------------------------------------------------------------------------------------------------
