@@ -98,6 +98,27 @@ def test_nsp_balance_and_80_10_10(static_build):
     assert all(report["checks"].values()), report["checks"]
 
 
+def test_random_next_prob_sets_the_nsp_balance(austen, en_tok, tmp_path):
+    from hfbert.data import ExampleSettings, PreparedCorpus, prepare_corpus
+    from hfbert.pretrain.config import parse_args
+
+    def random_share(**settings):
+        report = build_pretraining_dataset(austen, en_tok, return_report=True, **_austen_kwargs(**settings))[1]
+        return report["instances"]["random_next_fraction"]
+
+    # Only chunks of one sentence take a random B at 0; every B is random at 1; the default is the original's 0.5.
+    assert random_share(random_next_prob=0.0) < 0.15 < 0.45 <= random_share() <= 0.60
+    assert random_share(random_next_prob=1.0) == 1.0
+    assert 0.2 <= random_share(random_next_prob=0.25) <= 0.35
+    with pytest.raises(ValueError, match=r"random_next_prob must be in \[0, 1\], got 1.5"):
+        ExampleSettings(random_next_prob=1.5)
+    # The prepared folder records it, and both commands take it.
+    folder = prepare_corpus(austen, tmp_path / "p", tokenizer=en_tok, random_next_prob=0.25,
+                            **_austen_kwargs(num_shards=1))
+    assert PreparedCorpus.open(folder).settings["random_next_prob"] == 0.25
+    assert parse_args(["--random_next_prob", "0.25"]).random_next_prob == 0.25
+
+
 def test_streaming_gives_the_map_style_rows(austen, en_tok):
     kwargs = _austen_kwargs(masking="dynamic", pool_size=6)
     mapped = build_pretraining_dataset(austen, en_tok, shuffle=False, **kwargs)

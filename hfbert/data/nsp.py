@@ -9,9 +9,9 @@ The control flow *and the random draws* follow google-research/bert ``create_pre
   from ``[2, max_num_tokens]``, once per document per duplication pass ("short targets" in the report);
 * sentences accumulate into a chunk until the target length is reached (or the document ends);
 * A = the first ``a_end`` sentences of the chunk, ``a_end`` uniform in ``[1, len(chunk) - 1]``;
-* with probability 0.5, or always when the chunk is one sentence, B is read from a random other document,
-  starting at a random sentence, until ``target - len(A)`` tokens; the chunk's unused sentences are put back;
-  otherwise B is the rest of the chunk;
+* with probability ``random_next_prob`` (the original: 0.5), or always when the chunk is one sentence, B is read
+  from a random other document, starting at a random sentence, until ``target - len(A)`` tokens; the chunk's
+  unused sentences are put back; otherwise B is the rest of the chunk;
 * ``truncate_seq_pair``: while too long, drop a token from the longer side (B on ties), at the front or the
   back by a coin.
 
@@ -86,6 +86,7 @@ def create_instances_from_document(
     max_seq_length: int,
     short_seq_prob: float,
     distinct_random_document: bool = True,
+    random_next_prob: float = 0.5,
 ) -> tuple[list[tuple[int, int, int, int, bool, int]], bool]:
     """NSP instances of one document as ``(a_start, a_end, b_start, b_end, is_random_next, truncated)`` slices
     of ``pool.ids``; also returns whether a short target length was drawn for this pass."""
@@ -103,7 +104,7 @@ def create_instances_from_document(
         n_chunk = chunk_end - i + 1
         a_end = rng.randint(1, n_chunk - 1) if n_chunk >= 2 else 1
         a0, a1 = starts[i], ends[i + a_end - 1]
-        if n_chunk == 1 or rng.random() < 0.5:
+        if n_chunk == 1 or rng.random() < random_next_prob:
             b0, b1 = _random_segment(pool, document, target - (a1 - a0), rng, distinct_random_document)
             is_random_next = True
             i += a_end  # the chunk's unused sentences go back to the document

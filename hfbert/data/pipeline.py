@@ -233,7 +233,7 @@ class PoolBuilder:
                 rng = document_rng(self.seed, dupe, first_index + raw, stream)
                 instances, short = create_instances_from_document(
                     pool, local, rng, max_seq_length=self.max_seq_length, short_seq_prob=self.short_seq_prob,
-                    distinct_random_document=self.distinct)
+                    distinct_random_document=self.distinct, random_next_prob=self.settings.random_next_prob)
                 slices.extend(instances)
                 counts["document_passes"] += 1
                 counts["short_target_passes"] += int(short)

@@ -63,6 +63,9 @@ class ExampleSettings:
     pool_size: int = _setting(DEFAULT_POOL_SIZE, "documents per random-next pool")
     distinct_random_document: bool = _setting(
         True, "a random-next segment never comes from the same document (the original could pick it again)")
+    random_next_prob: float = _setting(
+        0.5, "probability that segment B is drawn from another document (NSP label 1; the original: 0.5); a chunk "
+             "of one sentence always takes a random B")
     # -- masks
     masking: Literal["static", "dynamic"] = _setting(
         "static", "static: masks drawn when the examples are built, dupe_factor copies (the original); dynamic: "
@@ -91,6 +94,7 @@ class ExampleSettings:
             (self.max_seq_length is None or self.max_seq_length >= 5,
              f"max_seq_length must be >= 5 ([CLS] a [SEP] b [SEP]), got {self.max_seq_length}"),
             (0.0 <= self.short_seq_prob <= 1.0, f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}"),
+            (0.0 <= self.random_next_prob <= 1.0, f"random_next_prob must be in [0, 1], got {self.random_next_prob}"),
             (self.dupe_factor is None or self.dupe_factor >= 1, f"dupe_factor must be >= 1, got {self.dupe_factor}"),
             (self.pool_size >= 2, f"pool_size must be >= 2 (random-next needs another document), got {self.pool_size}"),
             (0.0 < self.masked_lm_prob < 1.0, f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}"),
