@@ -99,30 +99,16 @@ class MaskingSpec:
             raise ValueError("the tokenizer has no token ids left to draw random replacements from")
 
     @classmethod
-    def from_tokenizer(
-        cls,
-        tokenizer,
-        *,
-        masked_lm_prob: float = 0.15,
-        max_predictions_per_seq: int = 20,
-        selection: str = "fixed",
-        whole_word_mask: bool = False,
-        wwm_per_word_decision: bool = True,
-        random_token_ids: str = "non_special",
-        vocab: dict | None = None,
-    ) -> MaskingSpec:
+    def from_tokenizer(cls, tokenizer, *, random_token_ids: str = "non_special", vocab: dict | None = None,
+                       **options) -> MaskingSpec:
+        """The spec for ``tokenizer``: its [MASK] id, special ids and the ids a random replacement may draw
+        (``random_token_ids``, see :func:`replacement_pool`; ``vocab``: its vocabulary when the caller has it);
+        ``options``: the other fields (``masked_lm_prob``, ``selection``, ...), else their defaults."""
         if tokenizer.mask_token_id is None:
             raise ValueError("the tokenizer has no mask token ([MASK]); masked-LM examples cannot be built")
-        return cls(
-            mask_token_id=int(tokenizer.mask_token_id),
-            replacement_ids=replacement_pool(tokenizer, random_token_ids, vocab),
-            masked_lm_prob=masked_lm_prob,
-            max_predictions_per_seq=max_predictions_per_seq,
-            selection=selection,
-            whole_word_mask=whole_word_mask,
-            wwm_per_word_decision=wwm_per_word_decision,
-            special_ids=np.asarray(sorted(tokenizer.all_special_ids), dtype=np.int32),
-        )
+        return cls(mask_token_id=int(tokenizer.mask_token_id),
+                   replacement_ids=replacement_pool(tokenizer, random_token_ids, vocab),
+                   special_ids=np.asarray(sorted(tokenizer.all_special_ids), dtype=np.int32), **options)
 
 
 def mask_sequence(
