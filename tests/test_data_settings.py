@@ -39,19 +39,23 @@ def corpus_dir(tmp_path):
 # -- the settings object
 
 
-def test_every_example_setting_is_an_option_of_both_commands_with_one_help_text():
-    def options(parser):  # --name's action (not --no_name's)
-        return {a.dest: a for a in parser._actions if f"--{a.dest}" in a.option_strings}
-
-    prepare, pretrain = options(CommandParser("hfbert prepare", PrepareArguments)), options(command_parser())
+def test_every_example_setting_is_an_option_of_both_commands_with_one_help_text(tmp_path):
+    # The commands' settings extend ExampleSettings: each field is theirs, with its help text and default.
+    prepare = {f.name: f for f in dataclasses.fields(PrepareArguments)}
+    pretrain = {f.name: f for f in dataclasses.fields(PretrainConfig)}
     overridden = {"masking", "max_seq_length", "seed"}  # pretrain: dynamic masks, the schedule, the job's seed
     for f in dataclasses.fields(ExampleSettings):
-        assert f.name in prepare and f.name in pretrain, f.name
-        assert prepare[f.name].help == f.metadata["help"], f.name
-        assert prepare[f.name].default == f.default, f.name
+        assert prepare[f.name] is f or (prepare[f.name].metadata == f.metadata and prepare[f.name].default == f.default)
         if f.name not in overridden:
-            assert pretrain[f.name].help == f.metadata["help"] and pretrain[f.name].default == f.default, f.name
+            assert pretrain[f.name].metadata == f.metadata and pretrain[f.name].default == f.default, f.name
     assert PretrainConfig().masking == "dynamic" and ExampleSettings().masking == "static"
+    # ... and both command lines parse it, with the same spelling.
+    argv = ["--max-seq-length", "64", "--selection", "bernoulli", "--no_wwm_per_word_decision", "--pool_size", "9"]
+    prepared = CommandParser("hfbert prepare", PrepareArguments).parse_values([*argv, "--output_dir", str(tmp_path)])
+    trained = command_parser().parse_values(argv)
+    assert prepared.example_settings() == trained.example_settings(masking="static", seed=12345)
+    assert prepared.example_settings() == ExampleSettings(max_seq_length=64, selection="bernoulli",
+                                                          wwm_per_word_decision=False, pool_size=9)
 
 
 def test_keywords_and_the_settings_object_are_the_same_build(en_tok, corpus_dir, tmp_path):
