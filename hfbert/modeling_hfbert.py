@@ -67,6 +67,7 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple, logging
+from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_hfbert import HfBertConfig
 from .unpadding_hfbert import PackedRows
@@ -228,19 +229,12 @@ class HfBertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList([HfBertLayer(config) for _ in range(config.num_hidden_layers)])
 
-    def forward(self, hidden_states, attention_mask=None, packed: PackedRows | None = None,
-                output_attentions: bool = False, output_hidden_states: bool = False, **kwargs) -> BaseModelOutput:
-        """Returned hidden states and attentions are the tensors the layers computed with (gradients reach them)."""
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
+    def forward(self, hidden_states, attention_mask=None, packed: PackedRows | None = None, **kwargs) -> BaseModelOutput:
+        # Each layer's output and its attention probabilities are recorded, when asked for, by the hooks of
+        # transformers' ``capture_outputs`` on HfBertLayer and HfBertSelfAttention (``_can_record_outputs``).
         for layer in self.layer:
-            hidden_states, probs = layer(hidden_states, attention_mask, packed=packed, **kwargs)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (probs,)
-        return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states,
-                               attentions=all_attentions)
+            hidden_states, _ = layer(hidden_states, attention_mask, packed=packed, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)
 
 
 class HfBertPooler(nn.Module):
@@ -301,13 +295,12 @@ class HfBertOnlyNSPHead(nn.Module):
 
 
 class HfBertPreTrainingHeads(nn.Module):
+    """The MLM and NSP heads side by side; :class:`HfBertForPreTraining` calls each on what it reads."""
+
     def __init__(self, config: HfBertConfig):
         super().__init__()
         self.predictions = HfBertLMPredictionHead(config)
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
-
-    def forward(self, sequence_output, pooled_output):
-        return self.predictions(sequence_output), self.seq_relationship(pooled_output)
 
 
 # The supervised rows are padded up to a multiple of this before the vocabulary projection: their count changes every
@@ -354,6 +347,8 @@ def _padding_unread(labels, attention_mask) -> bool | None:
     if attention_mask is None:
         return True
     _check_labels_shape(labels, attention_mask.shape)
+    if torch.compiler.is_compiling():
+        return False  # reading the labels would break the graph, and a compiled graph runs padded anyway
     return not bool(((labels != IGNORE_INDEX) & (attention_mask == 0)).any())
 
 
@@ -370,6 +365,9 @@ class HfBertPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _no_split_modules = ["HfBertEmbeddings", "HfBertLayer"]
+    # What ``output_hidden_states`` / ``output_attentions`` record (transformers' ``capture_outputs`` hooks): the
+    # output of every layer (after the embeddings, the input of the first) and the probabilities of every attention.
+    _can_record_outputs = {"hidden_states": HfBertLayer, "attentions": HfBertSelfAttention}
 
     def __init__(self, config: HfBertConfig, *args, **kwargs):
         config.check_values()  # any value is accepted while a config is built; a model needs consistent ones
@@ -491,7 +489,7 @@ class HfBertModel(HfBertPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
-    @can_return_tuple
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -499,18 +497,17 @@ class HfBertModel(HfBertPreTrainedModel):
         token_type_ids: torch.LongTensor | None = None,
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         *,
         padding_free: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         r"""``attention_mask`` (B, T): 1 = token, 0 = padding. ``padding_free`` (None: ``config.padding_free``): run
-        the encoder on the real tokens only; ``last_hidden_state`` is then 0 at padding positions."""
+        the encoder on the real tokens only; ``last_hidden_state`` is then 0 at padding positions.
+        ``output_hidden_states`` / ``output_attentions`` (keywords, default: the config's) are recorded by
+        ``capture_outputs`` from the layers; they are the tensors the layers computed with (gradients reach them)."""
         _check_inputs(self.config, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids)
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = (self.config.output_hidden_states if output_hidden_states is None
-                                else output_hidden_states)
+        output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
+        output_hidden_states = kwargs.get("output_hidden_states", self.config.output_hidden_states)
         if output_attentions and self.config._attn_implementation != "eager":
             logger.warning_once(f"attention probabilities are computed only with attn_implementation='eager', not "
                                 f"{self.config._attn_implementation!r}: no attentions are returned. Load the model "
@@ -525,17 +522,12 @@ class HfBertModel(HfBertPreTrainedModel):
         if padding_free and not (output_attentions or output_hidden_states):  # those return every (B, T) position
             packed = PackedRows.from_mask(attention_mask)
         hidden_states = embeddings if packed is None else packed.pack(embeddings)  # (B, T, D) or (R, D)
-        encoded = self.encoder(hidden_states, mask, packed, output_attentions=output_attentions,
-                               output_hidden_states=output_hidden_states, **kwargs)
+        encoded = self.encoder(hidden_states, mask, packed, **kwargs)
         sequence_output = encoded.last_hidden_state
         if packed is not None:
             sequence_output = packed.unpack(sequence_output)  # (R, D) -> (B, T, D)
         pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
-        attentions = encoded.attentions
-        if attentions is not None and self.config._attn_implementation != "eager":
-            attentions = ()
-        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output,
-                                          hidden_states=encoded.hidden_states, attentions=attentions)
+        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
 
 
 # ----------------------------------------------------------------------------------------------- task models
@@ -572,14 +564,13 @@ class HfBertForPreTraining(HfBertPreTrainedModel):
         inputs_embeds=None,
         labels: torch.LongTensor | None = None,
         next_sentence_label: torch.LongTensor | None = None,
-        output_attentions=None,
-        output_hidden_states=None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> HfBertForPreTrainingOutput:
         r"""``labels`` (B, T): the original token at supervised positions, -100 elsewhere. ``next_sentence_label``
         (B,): 0 when B is the actual next segment, 1 when it is random."""
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
-                            output_hidden_states, padding_free=_padding_unread(labels, attention_mask), **kwargs)
+        outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                            position_ids=position_ids, inputs_embeds=inputs_embeds,
+                            padding_free=_padding_unread(labels, attention_mask), **kwargs)
         sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
         nsp_logits = self.cls.seq_relationship(pooled_output)  # (B, 2)
         mlm_loss = nsp_loss = loss = None
@@ -631,12 +622,11 @@ class HfBertForMaskedLM(HfBertPreTrainedModel):
         position_ids=None,
         inputs_embeds=None,
         labels: torch.LongTensor | None = None,
-        output_attentions=None,
-        output_hidden_states=None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
-                            output_hidden_states, padding_free=_padding_unread(labels, attention_mask), **kwargs)
+        outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                            position_ids=position_ids, inputs_embeds=inputs_embeds,
+                            padding_free=_padding_unread(labels, attention_mask), **kwargs)
         loss = None
         if labels is not None:
             logits, loss = _masked_lm(self.cls.predictions, outputs.last_hidden_state, labels,
@@ -663,13 +653,11 @@ class HfBertForNextSentencePrediction(HfBertPreTrainedModel):
         position_ids=None,
         inputs_embeds=None,
         labels: torch.LongTensor | None = None,
-        output_attentions=None,
-        output_hidden_states=None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> NextSentencePredictorOutput:
         r"""``labels`` (B,): 0 = B follows A, 1 = B is random."""
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
-                            output_hidden_states, padding_free=True, **kwargs)
+        outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                            position_ids=position_ids, inputs_embeds=inputs_embeds, padding_free=True, **kwargs)
         logits = self.cls(outputs.pooler_output)  # (B, 2)
         loss = None
         if labels is not None:
@@ -738,12 +726,10 @@ class HfBertForSequenceClassification(HfBertPreTrainedModel):
         position_ids=None,
         inputs_embeds=None,
         labels: torch.Tensor | None = None,
-        output_attentions=None,
-        output_hidden_states=None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
-                            output_hidden_states, padding_free=True, **kwargs)
+        outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                            position_ids=position_ids, inputs_embeds=inputs_embeds, padding_free=True, **kwargs)
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
         loss = None
         if labels is not None:
@@ -771,8 +757,6 @@ class HfBertForMultipleChoice(HfBertPreTrainedModel):
         position_ids=None,
         inputs_embeds=None,
         labels: torch.LongTensor | None = None,
-        output_attentions=None,
-        output_hidden_states=None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MultipleChoiceModelOutput:
         reference = input_ids if input_ids is not None else inputs_embeds
@@ -783,8 +767,9 @@ class HfBertForMultipleChoice(HfBertPreTrainedModel):
         def flat(x):  # (B, C, T, ...) -> (B*C, T, ...)
             return None if x is None else x.reshape(-1, *x.shape[2:])
 
-        outputs = self.bert(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids),
-                            flat(inputs_embeds), output_attentions, output_hidden_states, padding_free=True, **kwargs)
+        outputs = self.bert(input_ids=flat(input_ids), attention_mask=flat(attention_mask),
+                            token_type_ids=flat(token_type_ids), position_ids=flat(position_ids),
+                            inputs_embeds=flat(inputs_embeds), padding_free=True, **kwargs)
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)  # (B, C)
         loss = _cross_entropy(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
         return MultipleChoiceModelOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
@@ -811,12 +796,10 @@ class HfBertForTokenClassification(HfBertPreTrainedModel):
         position_ids=None,
         inputs_embeds=None,
         labels: torch.LongTensor | None = None,
-        output_attentions=None,
-        output_hidden_states=None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TokenClassifierOutput:
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
-                            output_hidden_states, **kwargs)
+        outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                            position_ids=position_ids, inputs_embeds=inputs_embeds, **kwargs)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
         loss = None
         if labels is not None:
@@ -845,12 +828,10 @@ class HfBertForQuestionAnswering(HfBertPreTrainedModel):
         inputs_embeds=None,
         start_positions: torch.LongTensor | None = None,
         end_positions: torch.LongTensor | None = None,
-        output_attentions=None,
-        output_hidden_states=None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> QuestionAnsweringModelOutput:
-        outputs = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
-                            output_hidden_states, **kwargs)
+        outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                            position_ids=position_ids, inputs_embeds=inputs_embeds, **kwargs)
         logits = self.qa_outputs(outputs.last_hidden_state)  # (B, T, 2)
         start_logits, end_logits = (x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1))  # (B, T) each
         loss = None

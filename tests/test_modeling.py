@@ -405,6 +405,48 @@ def test_attention_outputs_hidden_states_and_eager_equals_sdpa():
     torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
 
 
+@pytest.mark.parametrize("cls", ALL_HEADS, ids=lambda c: c.__name__)
+def test_outputs_are_recorded_by_capture_outputs_once_per_call(cls, monkeypatch):
+    """transformers' common check of the output-capturing mechanism: the model declares what it records, only the
+    encoder records (a head calling a recording encoder must not record again: its outputs would be split between the
+    two), and every head returns them, matching what the config asks for when no keyword does."""
+    from transformers.utils import output_capturing
+
+    config = HfBertConfig(**TESTER, num_labels=3)
+    config._attn_implementation = "eager"
+    model = cls(config).eval()
+    assert model._can_record_outputs.keys() >= {"hidden_states", "attentions"}
+    context_var = output_capturing.CompileableContextVar
+    active, set_value, reset = [0], context_var.set, context_var.reset
+
+    def counting_set(self, value):
+        active[0] += 1
+        assert active[0] == 1, "capture_outputs is entered twice in one call"
+        return set_value(self, value)
+
+    def counting_reset(self, token):
+        active[0] -= 1
+        return reset(self, token)
+
+    monkeypatch.setattr(context_var, "set", counting_set)
+    monkeypatch.setattr(context_var, "reset", counting_reset)
+    inputs, labels = make_inputs(cls)
+    with torch.no_grad():
+        out = model(**inputs, **labels, output_attentions=True, output_hidden_states=True)
+        model.config.output_hidden_states = True
+        from_config = model(**inputs, **labels)
+        as_tuple = model(**inputs, **labels, output_hidden_states=True, return_dict=False)
+    rows = inputs["input_ids"].reshape(-1, LENGTH).shape[0]
+    assert len(out.hidden_states) == config.num_hidden_layers + 1
+    assert all(h.shape == (rows, LENGTH, config.hidden_size) for h in out.hidden_states)
+    assert len(out.attentions) == config.num_hidden_layers
+    assert all(a.shape == (rows, config.num_attention_heads, LENGTH, LENGTH) for a in out.attentions)
+    assert len(from_config.hidden_states) == config.num_hidden_layers + 1 and from_config.attentions is None
+    assert isinstance(as_tuple, tuple) and any(isinstance(x, tuple) and len(x) == config.num_hidden_layers + 1
+                                               for x in as_tuple)
+    assert active[0] == 0
+
+
 def test_gradient_checkpointing_gives_the_same_gradients():
     config = HfBertConfig(**{**TESTER, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
     model = HfBertForPreTraining(config)
