@@ -11,6 +11,7 @@ naming the setting before any work is done.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +22,8 @@ from ..data.remote import DEFAULT_CACHE_LIMIT, parse_size
 from ..data.settings import ExampleSettings
 from ..optim import OPTIMIZERS
 
-__all__ = ["ConfigError", "PretrainConfig", "Phase", "command_parser", "load_config", "parse_args", "resolve_phases"]
+__all__ = ["ConfigError", "PretrainConfig", "Phase", "command_parser", "load_config", "native_mixed_precision",
+           "parse_args", "resolve_phases"]
 
 # Settings that may differ between a run and its resumption (they do not change the trajectory of training).
 RESUMABLE_CHANGES = frozenset({
@@ -114,7 +116,9 @@ class PretrainConfig(ExampleSettings):
     phases: list[dict[str, Any]] | None = _setting(
         None, 'the length schedule as JSON, e.g. \'[{"max_seq_length": 128, "fraction": 0.9}, '
               '{"max_seq_length": 512, "fraction": 0.1, "batch_size": 8}]\'')
-    mixed_precision: str = _setting("no", "no, bf16, fp16 (fp16 needs a GPU)")
+    mixed_precision: str = _setting(
+        "auto", "auto (bf16 where the hardware computes it natively: a CUDA GPU with bf16, a CPU with AVX-512 BF16 "
+                "or AMX; fp32 elsewhere; decided at start and printed), no (fp32), bf16, fp16 (fp16 needs a GPU)")
     # -- logging, evaluation, checkpoints
     logging_steps: int = _setting(10, "optimizer steps between log lines")
     eval_steps: int = _setting(100, "optimizer steps between held-out evaluations")
@@ -152,6 +156,8 @@ class PretrainConfig(ExampleSettings):
             raise ConfigError(str(err)) from None
         self.resume = self.resume or self.resume_from is not None  # choosing a checkpoint is resuming
         _check_values(self)
+        if self.mixed_precision == "auto":  # decided once, so a run records (and its resume compares) what it used
+            self.mixed_precision = native_mixed_precision()[0]
         resolve_phases(self)  # validates the phase list
 
     def to_dict(self) -> dict[str, Any]:
@@ -182,6 +188,26 @@ class Phase:
 # Validation
 
 
+@functools.cache
+def native_mixed_precision() -> tuple[str, str]:
+    """("bf16", why) where this machine computes bf16 natively, else ("no", why). bf16 autocast pays only there:
+    elsewhere it is emulated and slower than fp32. fp16 is never chosen by itself (it needs loss scaling)."""
+    import torch
+
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        if torch.cuda.is_bf16_supported(including_emulation=False):
+            return "bf16", f"{name} computes bf16"
+        return "no", f"{name} has no native bf16"
+    if torch.backends.mps.is_available():
+        return "no", "bf16 autocast is not native on this Apple GPU"
+    probes = (("AMX", "_is_amx_tile_supported"), ("AVX-512 BF16", "_is_avx512_bf16_supported"))
+    capable = [name for name, probe in probes if getattr(torch.cpu, probe, lambda: False)()]
+    if capable:
+        return "bf16", f"this CPU has {' and '.join(capable)}"
+    return "no", f"this CPU ({torch.backends.cpu.get_cpu_capability()}) has neither AVX-512 BF16 nor AMX"
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
@@ -206,8 +232,8 @@ def _check_values(c: PretrainConfig) -> None:
              f"warmup_steps must be in [0, max_steps={c.max_steps}], got {c.warmup_steps}")
     _require(c.max_time_minutes is None or c.max_time_minutes > 0,
              f"max_time_minutes must be > 0 (or null for no limit), got {c.max_time_minutes}")
-    _require(c.mixed_precision in ("no", "bf16", "fp16"),
-             f"mixed_precision must be 'no', 'bf16' or 'fp16', got {c.mixed_precision!r}")
+    _require(c.mixed_precision in ("auto", "no", "bf16", "fp16"),
+             f"mixed_precision must be 'auto', 'no', 'bf16' or 'fp16', got {c.mixed_precision!r}")
     for name in ("max_eval_examples", "num_proc", "batch_size", "max_steps",
                  "gradient_accumulation_steps", "logging_steps", "eval_steps", "eval_batch_size", "save_steps",
                  "keep_last"):

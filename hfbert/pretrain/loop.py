@@ -49,7 +49,7 @@ from ..modelcard import write_pretrained_card
 from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
 from .checkpointing import DiskFullError, from_main, out_of_space, save_checkpoint, seed_step, staged_folder
-from .config import ConfigError, Phase, PretrainConfig, command_parser, resolve_phases
+from .config import ConfigError, Phase, PretrainConfig, command_parser, native_mixed_precision, resolve_phases
 from .data import PREPARED_DIR, BatchPlan, TrainingData, check_sources, collate, load_training_data
 from .recovery import (
     LossWatch,
@@ -147,10 +147,15 @@ def _make_accelerator(config: PretrainConfig):
         trackers.append("tensorboard")
     # Without a GPU, say so: accelerate only sets up multi-process CPU training (gloo) for cpu=True.
     on_cpu = not (torch.cuda.is_available() or torch.backends.mps.is_available())
-    return Accelerator(
+    accelerator = Accelerator(
         cpu=on_cpu, mixed_precision=config.mixed_precision, log_with=trackers,
         project_dir=str(output_dir / "runs"),
     )
+    native, why = native_mixed_precision()
+    precision = {"no": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}[config.mixed_precision]
+    accelerator.print(f"precision: {precision} ({why}; --mixed_precision {'no' if native == 'bf16' else 'bf16'} "
+                      f"to choose otherwise)" if config.mixed_precision == native else f"precision: {precision}")
+    return accelerator
 
 
 def _start_output_dir(config: PretrainConfig, accelerator, start: RunStart) -> None:
