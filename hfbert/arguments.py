@@ -18,6 +18,7 @@ Errors a user can fix -- a bad value, a missing file, a malformed line -- are on
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import sys
@@ -166,6 +167,7 @@ class CommandParser(HfArgumentParser):
             _add_positional(parser, field)
             return
         if set(field.metadata) - _ARGPARSE_KEYS:  # the dataclass's own marks (e.g. "recorded") are not argparse's
+            field = copy.copy(field)  # the dataclass keeps its marks
             field.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k in _ARGPARSE_KEYS})
         aliases = field.metadata.get("aliases")
         if aliases:

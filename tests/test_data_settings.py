@@ -56,6 +56,8 @@ def test_every_example_setting_is_an_option_of_both_commands_with_one_help_text(
     assert prepared.example_settings() == trained.example_settings(masking="static", seed=12345)
     assert prepared.example_settings() == ExampleSettings(max_seq_length=64, selection="bernoulli",
                                                           wwm_per_word_decision=False, pool_size=9)
+    # Building the parsers leaves the fields' own marks alone: the manifest still leaves out the vocabulary.
+    assert "vocab_size" not in ExampleSettings().recorded() and "max_seq_length" in ExampleSettings().recorded()
 
 
 def test_keywords_and_the_settings_object_are_the_same_build(en_tok, corpus_dir, tmp_path):
