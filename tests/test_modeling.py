@@ -771,3 +771,14 @@ def test_traced_and_exported_graphs():
     exported = torch.export.export(model, (inputs["input_ids"],))
     torch.testing.assert_close(exported.module()(inputs["input_ids"])["last_hidden_state"],
                                model(inputs["input_ids"]).last_hidden_state, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cls", [HfBertForPreTraining, HfBertForMaskedLM], ids=lambda c: c.__name__)
+def test_the_pretraining_step_traces_as_one_graph(cls):
+    """What ``hfbert pretrain --torch_compile`` compiles: the forward with labels (loss included) is one graph, no
+    break, with dynamo tracing the data-dependent count of supervised rows as a symbol (as the job configures it)."""
+    model = cls(HfBertConfig(**TESTER))
+    inputs, labels = make_inputs(cls)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True):
+        explained = torch._dynamo.explain(lambda **batch: model(**batch).loss)(**inputs, **labels)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons

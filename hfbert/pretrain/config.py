@@ -30,7 +30,7 @@ RESUMABLE_CHANGES = frozenset({
     "resume", "max_time_minutes", "keep_last", "save_steps", "eval_steps", "logging_steps", "push_to_hub",
     "hub_revision", "fill_mask_text", "progress_bar", "report_to", "output_dir", "overwrite_output_dir",
     "max_eval_examples", "eval_batch_size", "resume_from", "resume_with_changes", "loss_spike_factor",
-    "loss_spike_window", "hub_timeout", "cache_limit", "prepared_download",
+    "loss_spike_window", "hub_timeout", "cache_limit", "torch_compile", "prepared_download",
 })
 
 DEFAULT_FILL_MASK_TEXT = (
@@ -119,6 +119,9 @@ class PretrainConfig(ExampleSettings):
     mixed_precision: str = _setting(
         "auto", "auto (bf16 where the hardware computes it natively: a CUDA GPU with bf16, a CPU with AVX-512 BF16 "
                 "or AMX; fp32 elsewhere; decided at start and printed), no (fp32), bf16, fp16 (fp16 needs a GPU)")
+    torch_compile: bool = _setting(
+        False, "compile the model with torch.compile (inductor, dynamic shapes: one graph for every batch width); "
+               "the first step takes minutes to compile")
     # -- logging, evaluation, checkpoints
     logging_steps: int = _setting(10, "optimizer steps between log lines")
     eval_steps: int = _setting(100, "optimizer steps between held-out evaluations")

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import TorchDynamoPlugin
 from tqdm.auto import tqdm
 from transformers import pipeline
 
@@ -147,9 +148,16 @@ def _make_accelerator(config: PretrainConfig):
         trackers.append("tensorboard")
     # Without a GPU, say so: accelerate only sets up multi-process CPU training (gloo) for cpu=True.
     on_cpu = not (torch.cuda.is_available() or torch.backends.mps.is_available())
+    compiled = None
+    if config.torch_compile:
+        # The supervised rows (and the packed rows) are counted from the data: dynamo traces such counts as symbols
+        # instead of breaking the graph there, and dynamic=True keeps one graph for every batch width.
+        torch._dynamo.config.capture_dynamic_output_shape_ops = True
+        torch._dynamo.config.capture_scalar_outputs = True
+        compiled = TorchDynamoPlugin(backend="inductor", dynamic=True)
     accelerator = Accelerator(
         cpu=on_cpu, mixed_precision=config.mixed_precision, log_with=trackers,
-        project_dir=str(output_dir / "runs"),
+        project_dir=str(output_dir / "runs"), dynamo_plugin=compiled,
     )
     native, why = native_mixed_precision()
     precision = {"no": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}[config.mixed_precision]
