@@ -1,7 +1,10 @@
 """`hfbert prepare --engine dask`: a LocalCluster of 2 workers writes the bytes of the in-process build, and so does
-a build that loses a worker process mid-way (Dask reschedules its shards; each shard lands atomically)."""
+a build that loses a worker process mid-way (Dask reschedules its shards; each shard lands atomically).  The
+cluster a build starts forks its workers with the build's settings, and a worker reuses its builder."""
 
+import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -13,7 +16,9 @@ import pytest
 from datasets.utils.logging import disable_progress_bar
 from transformers import BertTokenizerFast
 
-from hfbert.data import prepare_corpus
+from hfbert.data import prepare_corpus, prepared, shards
+from hfbert.data.engines import run_tasks
+from hfbert.data.shards import warm_builder
 
 disable_progress_bar()
 # Small shards leave some held-out pools with one document; the build warns about it, which is not under test here.
@@ -86,3 +91,50 @@ def test_without_dask_the_error_says_how_to_install_it(austen, en_tok, tmp_path,
     monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
     with pytest.raises(ImportError, match=r"pip install 'hfbert\[distributed\]'"):
         prepare_corpus(austen, tmp_path / "x", tokenizer=en_tok, engine="dask", **SETTINGS)
+
+
+def _worker_facts(_task) -> dict:
+    import dask
+
+    return {"parent": os.getppid(), "profile": dask.config.get("distributed.worker.profile.enabled"),
+            "trim": os.environ.get("MALLOC_TRIM_THRESHOLD_"), "build_code": "hfbert.data.shards" in sys.modules}
+
+
+def test_the_local_cluster_forks_its_workers_with_the_build_settings(monkeypatch):
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    facts = run_tasks(_worker_facts, [0, 1], engine="dask", num_proc=2)
+    for worker in facts:
+        assert worker["parent"] != os.getpid()  # forked from the forkserver, not spawned by this process
+        assert worker["profile"] is False
+        assert worker["trim"] is None  # glibc keeps its own memory settings
+        assert worker["build_code"]  # imported by the forkserver (or by this test's module, which imports it)
+
+
+class _Captured(Exception):
+    pass
+
+
+def _builder(austen, en_tok, tmp_path, monkeypatch, **settings):
+    """The builder a build sends with its tasks (the build stops there)."""
+    def capture(function, tasks, **kwargs):
+        raise _Captured(tasks[0].builder)
+
+    monkeypatch.setattr(prepared, "run_tasks", capture)
+    with pytest.raises(_Captured) as captured:
+        prepare_corpus(austen, tmp_path / f"out-{len(list(tmp_path.iterdir()))}", tokenizer=en_tok,
+                       **{**SETTINGS, **settings})
+    return captured.value.args[0]
+
+
+def test_a_worker_keeps_its_first_builder_for_the_same_settings(austen, en_tok, tmp_path, monkeypatch):
+    first = _builder(austen, en_tok, tmp_path, monkeypatch)
+    other = _builder(austen, en_tok, tmp_path, monkeypatch, max_seq_length=32)
+    again = pickle.loads(pickle.dumps(first))  # the copy the next task brings
+    assert warm_builder(again) is again  # in this process: the caller's builder, as it is
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())  # as in a worker process
+    monkeypatch.setattr(shards, "_WARM_BUILDER", {})
+    assert warm_builder(again) is again
+    assert warm_builder(pickle.loads(pickle.dumps(first))) is again
+    assert warm_builder(first) is again  # the client's own copy has the same settings
+    assert warm_builder(other) is other  # other settings: a builder of their own
+    assert warm_builder(pickle.loads(pickle.dumps(first))) is not again  # ... which replaced the first
