@@ -64,7 +64,7 @@ def test_rows_of_a_step_have_different_masked_counts(static_folder):
     """The premise of the comparisons below: the micro-batches of a step hold different numbers of masked tokens,
     so a mean of per-micro-batch means would differ from the mean over the step's tokens."""
     corpus = PreparedCorpus.open(static_folder)
-    plan = BatchPlan(corpus.num_rows("train"), 2, 1, 42, 0)  # the finest split below: micro-batches of two rows
+    plan = BatchPlan(corpus.blocks("train"), 2, 1, 42, 0)  # the finest split below: micro-batches of two rows
     assert plan.batches_per_epoch >= 4 * STEPS  # no epoch boundary inside the comparison
     counts = [sum(len(row["masked_lm_positions"]) for row in corpus.rows("train", plan.rows(micro, 0)))
               for micro in range(4 * STEPS)]

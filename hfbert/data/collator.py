@@ -99,6 +99,58 @@ class DataCollatorForBertPretraining:
             return {name: torch.from_numpy(value) for name, value in batch.items()}
         return batch
 
+    def collate_arrays(self, arrays: Mapping[str, np.ndarray], rng: np.random.Generator | None = None) -> dict:
+        """The same batch as ``self(examples)`` from rows already gathered into padded arrays, as
+        :meth:`hfbert.data.PreparedCorpus.read_arrays` gives them (a list column ``name`` as a ``(rows, longest)``
+        array and its lengths ``name + "_length"``).  Static masks are scattered into ``labels`` in one step;
+        dynamic masks are drawn row by row with the rules of ``__call__``, from ``rng`` when given (a generator
+        owned by the caller, so batches can be collated in another thread without touching torch's RNG)."""
+        lengths = np.asarray(arrays["input_ids_length"], dtype=np.int64)
+        count = len(lengths)
+        if count == 0:
+            raise ValueError("cannot collate an empty batch")
+        width = int(lengths.max())
+        if self.pad_to_multiple_of:
+            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        inside = np.arange(width) < lengths[:, None]  # (B, T): real tokens
+        batch = {
+            "input_ids": np.full((count, width), self.pad_token_id, dtype=np.int64),
+            "token_type_ids": np.zeros((count, width), dtype=np.int64),
+            "attention_mask": inside.astype(np.int64),
+            "labels": np.full((count, width), IGNORE_INDEX, dtype=np.int64),
+        }
+        given = arrays["input_ids"].shape[1]
+        batch["input_ids"][:, :given] = np.where(inside[:, :given], arrays["input_ids"], self.pad_token_id)
+        if "token_type_ids" in arrays:
+            batch["token_type_ids"][:, :given] = np.where(inside[:, :given], arrays["token_type_ids"], 0)
+        if "masked_lm_positions" in arrays:
+            positions, counts = arrays["masked_lm_positions"], arrays["masked_lm_positions_length"]
+            valid = np.arange(positions.shape[1]) < counts[:, None]
+            rows = np.broadcast_to(np.arange(count)[:, None], positions.shape)[valid]
+            columns = positions[valid].astype(np.int64)
+            outside = (columns < 0) | (columns >= lengths[rows])
+            if outside.any():
+                row = int(rows[outside][0])
+                raise ValueError(f"masked_lm_positions {positions[row, :counts[row]].tolist()} outside a sequence "
+                                 f"of length {lengths[row]}")
+            batch["labels"][rows, columns] = arrays["masked_lm_ids"][valid]
+        else:
+            rng = self._generator() if rng is None else rng
+            for row in range(count):
+                length = int(lengths[row])
+                example = {"input_ids": batch["input_ids"][row, :length],
+                           "token_type_ids": batch["token_type_ids"][row, :length]}
+                if "word_starts" in arrays:
+                    example["word_starts"] = arrays["word_starts"][row, :length]
+                ids, _, labels = self._example(example, rng)
+                batch["input_ids"][row, :length] = ids
+                batch["labels"][row, :length] = labels
+        if "next_sentence_label" in arrays:
+            batch["next_sentence_label"] = np.asarray(arrays["next_sentence_label"], dtype=np.int64)
+        if self.return_tensors == "pt":
+            return {name: torch.from_numpy(value) for name, value in batch.items()}
+        return batch
+
     def _example(self, example: Mapping, rng: np.random.Generator):
         if "input_ids" not in example:
             raise ValueError(f"an example has no input_ids (keys: {sorted(example)})")

@@ -31,6 +31,7 @@ import json
 import re
 import shutil
 import tempfile
+import threading
 import warnings
 from collections import OrderedDict
 from pathlib import Path
@@ -389,16 +390,21 @@ batch = corpus.rows("train", [0, 1, 2])
 class PreparedCorpus:
     """A prepared folder opened for reading (see the module docstring); use :meth:`open`."""
 
-    #: Decoded row groups kept per corpus (a few MB each at most).
+    #: Decoded row groups kept per corpus by default (a few MB each at most); see :meth:`set_cache`.
     CACHED_GROUPS = 16
+    #: Shard files kept open per corpus (all splits together); opening one more closes the least recently used.
+    MAX_OPEN_FILES = 64
 
     def __init__(self, path: Path, manifest: dict):
         self.path = Path(path)
         self.manifest = manifest
         self._offsets = {split: np.concatenate(([0], np.cumsum([s["rows"] for s in info["shards"]])))
                          for split, info in manifest["splits"].items()}
-        self._files: dict[tuple[str, int], tuple[pq.ParquetFile, np.ndarray]] = {}
-        self._groups: OrderedDict[tuple[str, int, int], pa.Table] = OrderedDict()
+        self._files: OrderedDict[tuple[str, int], pq.ParquetFile] = OrderedDict()
+        self._ends: dict[tuple[str, int], np.ndarray] = {}
+        self._blocks: OrderedDict[tuple[str, int, int], _Block] = OrderedDict()
+        self.cached_blocks = self.CACHED_GROUPS
+        self._lock = threading.RLock()  # the training loop reads ahead in a thread
 
     @classmethod
     def open(cls, location: str | Path, *, revision: str | None = None, token: str | None = None,
@@ -504,28 +510,76 @@ class PreparedCorpus:
     def read(self, split: str, indices) -> pa.Table:
         """:meth:`rows` as an Arrow table (no conversion to Python objects)."""
         split = self._split(split)
-        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-        total = self.num_rows(split)
-        if len(indices) and (indices.min() < 0 or indices.max() >= total):
-            bad = int(indices[(indices < 0) | (indices >= total)][0])
-            raise IndexError(f"row {bad} is outside the {split} split of {self.path} ({total} rows)")
-        offsets = self._offsets[split]
-        shard_of = np.searchsorted(offsets, indices, side="right") - 1
-        local = indices - offsets[shard_of]
+        indices = self._check_indices(split, indices)
         pieces, order = [], []
-        for shard in np.unique(shard_of).tolist():
-            in_shard = np.flatnonzero(shard_of == shard)
-            _, ends = self._file(split, shard)
-            group_of = np.searchsorted(ends, local[in_shard], side="right")
-            for group in np.unique(group_of).tolist():
-                members = in_shard[group_of == group]
-                start = ends[group - 1] if group else 0
-                pieces.append(self._group(split, shard, group).take(pa.array(local[members] - start)))
-                order.append(members)
+        for block, members, local in self._by_block(split, indices):
+            pieces.append(block.table.take(pa.array(local)))
+            order.append(members)
         if not pieces:
-            return self._file(split, 0)[0].schema_arrow.empty_table()
+            return settings_schema(self.settings).empty_table()
         table = pa.concat_tables(pieces)
         return table.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
+
+    def read_arrays(self, split: str, indices, pad_values: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+        """The rows at ``indices`` as numpy arrays, gathered without Python objects: a list column ``name`` becomes
+        a ``(rows, longest)`` array padded with ``pad_values.get(name, 0)`` and its lengths ``name + "_length"``;
+        a scalar column a ``(rows,)`` array.  What the training loop collates."""
+        split = self._split(split)
+        indices = self._check_indices(split, indices)
+        pad_values = pad_values or {}
+        parts = list(self._by_block(split, indices))
+        schema = settings_schema(self.settings)
+        arrays: dict[str, np.ndarray] = {}
+        for field in schema:
+            name = field.name
+            if not pa.types.is_list(field.type):
+                dtype = field.type.to_pandas_dtype()
+                out = np.empty(len(indices), dtype=dtype)
+                for block, members, local in parts:
+                    out[members] = block.values[name][local]
+                arrays[name] = out
+                continue
+            dtype = field.type.value_type.to_pandas_dtype()
+            starts = np.empty(len(indices), dtype=np.int64)
+            lengths = np.empty(len(indices), dtype=np.int64)
+            for block, members, local in parts:
+                offsets = block.offsets[name]
+                starts[members] = offsets[local]
+                lengths[members] = offsets[local + 1] - offsets[local]
+            width = int(lengths.max()) if len(indices) else 0
+            out = np.full((len(indices), width), pad_values.get(name, 0), dtype=dtype)
+            for block, members, local in parts:
+                counts = lengths[members]
+                total = int(counts.sum())
+                # The (row, column) of each token of these rows, and where it lies in the block's flat values.
+                row_of = np.repeat(members, counts)
+                column = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+                out[row_of, column] = block.values[name][np.repeat(starts[members], counts) + column]
+            arrays[name], arrays[f"{name}_length"] = out, lengths
+        return arrays
+
+    def blocks(self, split: str = "train") -> np.ndarray:
+        """Rows per block (Parquet row group) of ``split``, shard after shard, in row order: block ``i`` holds the
+        rows that follow the first ``i`` blocks'.  From the manifest alone (no file is opened)."""
+        split = self._split(split)
+        sizes = [np.diff(self._group_ends(split, shard), prepend=0)
+                 for shard in range(len(self.manifest["splits"][split]["shards"]))]
+        return np.concatenate(sizes).astype(np.int64) if sizes else np.zeros(0, dtype=np.int64)
+
+    def set_cache(self, blocks: int) -> None:
+        """Keep up to ``blocks`` decoded row groups (least recently used dropped first); at least 1."""
+        with self._lock:
+            self.cached_blocks = max(1, int(blocks))
+            while len(self._blocks) > self.cached_blocks:
+                self._blocks.popitem(last=False)
+
+    def close(self) -> None:
+        """Close the open shard files and drop the decoded row groups (reading again reopens them)."""
+        with self._lock:
+            while self._files:
+                _, file = self._files.popitem(last=False)
+                file.close(force=True)
+            self._blocks.clear()
 
     def verify(self) -> None:
         """Check every shard's bytes against the manifest's sha256 (reads the whole corpus once)."""
@@ -544,6 +598,44 @@ class PreparedCorpus:
             raise KeyError(f"the prepared corpus {self.path} has no {split!r} split (splits: {self.splits})")
         return split
 
+    def _check_indices(self, split: str, indices) -> np.ndarray:
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        total = self.num_rows(split)
+        if len(indices) and (indices.min() < 0 or indices.max() >= total):
+            bad = int(indices[(indices < 0) | (indices >= total)][0])
+            raise IndexError(f"row {bad} is outside the {split} split of {self.path} ({total} rows)")
+        return indices
+
+    def _by_block(self, split: str, indices: np.ndarray):
+        """(decoded block, positions in ``indices``, rows in the block) for every block the indices touch."""
+        offsets = self._offsets[split]
+        shard_of = np.searchsorted(offsets, indices, side="right") - 1
+        local = indices - offsets[shard_of]
+        for shard in np.unique(shard_of).tolist():
+            in_shard = np.flatnonzero(shard_of == shard)
+            ends = self._group_ends(split, shard)
+            group_of = np.searchsorted(ends, local[in_shard], side="right")
+            for group in np.unique(group_of).tolist():
+                members = in_shard[group_of == group]
+                start = ends[group - 1] if group else 0
+                yield self._block(split, shard, group), members, local[members] - start
+
+    def _group_ends(self, split: str, shard: int) -> np.ndarray:
+        """The cumulative rows of a shard's row groups: from the manifest (every group but the last holds the
+        folder's ``row_group_size`` rows), or from the footer for a manifest that does not list them."""
+        key = (split, shard)
+        if key not in self._ends:
+            entry = self.manifest["splits"][split]["shards"][shard]
+            size = self.settings.get("row_group_size")
+            if "row_groups" in entry and size:
+                ends = np.minimum(np.arange(1, entry["row_groups"] + 1, dtype=np.int64) * size, entry["rows"])
+            else:
+                metadata = self._file(split, shard).metadata
+                ends = np.cumsum([metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)],
+                                 dtype=np.int64)
+            self._ends[key] = ends
+        return self._ends[key]
+
     #: For a remote corpus: its URL, and how its shards are read (:meth:`open` sets them).
     url: str | None = None
     _remote: RemoteShards | None = None
@@ -556,34 +648,63 @@ class PreparedCorpus:
         # memory, so a training process reading rows across the corpus would grow towards the corpus's size.
         return pq.ParquetFile(self.path / name, memory_map=False, page_checksum_verification=True)
 
-    def _file(self, split: str, shard: int) -> tuple[pq.ParquetFile, np.ndarray]:
+    def _file(self, split: str, shard: int) -> pq.ParquetFile:
+        """The shard's open file; at most :attr:`MAX_OPEN_FILES` stay open (the least recently used is closed)."""
         key = (split, shard)
-        if key not in self._files:
+        with self._lock:
+            if key in self._files:
+                self._files.move_to_end(key)
+                return self._files[key]
             name = self.manifest["splits"][split]["shards"][shard]["file"]
             try:
                 file = self._open_parquet(name)
             except (OSError, pa.ArrowException) as err:
                 raise PreparedDataError(f"shard {name} of {self.path} is corrupt: {err}") from None
-            groups = [file.metadata.row_group(g).num_rows for g in range(file.metadata.num_row_groups)]
-            self._files[key] = (file, np.cumsum(groups, dtype=np.int64))
-        return self._files[key]
+            self._files[key] = file
+            while len(self._files) > self.MAX_OPEN_FILES:
+                _, oldest = self._files.popitem(last=False)
+                oldest.close(force=True)
+            return file
 
-    def _group(self, split: str, shard: int, group: int) -> pa.Table:
+    def _block(self, split: str, shard: int, group: int) -> _Block:
         key = (split, shard, group)
-        if key in self._groups:
-            self._groups.move_to_end(key)
-            return self._groups[key]
-        file, _ = self._file(split, shard)
-        try:
-            table = file.read_row_group(group)
-        except (OSError, pa.ArrowException) as err:
-            name = self.manifest["splits"][split]["shards"][shard]["file"]
-            raise PreparedDataError(f"shard {name} of {self.path} is corrupt (row group {group}: {err}); "
-                                    "re-download or rebuild it") from None
-        self._groups[key] = table
-        if len(self._groups) > self.CACHED_GROUPS:
-            self._groups.popitem(last=False)
-        return table
+        with self._lock:
+            if key in self._blocks:
+                self._blocks.move_to_end(key)
+                return self._blocks[key]
+            file = self._file(split, shard)
+            try:
+                block = _Block(file.read_row_group(group))
+            except (OSError, pa.ArrowException) as err:
+                name = self.manifest["splits"][split]["shards"][shard]["file"]
+                raise PreparedDataError(f"shard {name} of {self.path} is corrupt (row group {group}: {err}); "
+                                        "re-download or rebuild it") from None
+            self._blocks[key] = block
+            while len(self._blocks) > self.cached_blocks:
+                self._blocks.popitem(last=False)
+            return block
+
+
+class _Block:
+    """One decoded row group: its Arrow table and, per column, numpy views of its buffers (no copies): a list
+    column's flat values and offsets, a scalar column's values."""
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+        self.values: dict[str, np.ndarray] = {}
+        self.offsets: dict[str, np.ndarray] = {}
+        for name in table.column_names:
+            column = table.column(name)
+            array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+            if pa.types.is_list(array.type):
+                self.offsets[name] = array.offsets.to_numpy().astype(np.int64)
+                self.values[name] = array.values.to_numpy(zero_copy_only=False)
+            else:
+                self.values[name] = array.to_numpy(zero_copy_only=False)
+
+    @property
+    def nbytes(self) -> int:
+        return self.table.nbytes
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -89,6 +89,8 @@ class PretrainConfig(ExampleSettings):
     dataset_split: str = _setting("train", "split of --dataset")
     max_eval_examples: int = _setting(
         1000, "cap on held-out examples (statically masked once, the same at every evaluation)")
+    shuffle_window: int = _setting(
+        32, "row groups whose rows the training order mixes together (each is decoded once per window)")
     num_proc: int = _setting(1, "processes for building examples")
     # -- tokenizer
     tokenizer: str | None = _setting(None, "a saved tokenizer folder to reuse instead of training one")
@@ -237,7 +239,7 @@ def _check_values(c: PretrainConfig) -> None:
              f"max_time_minutes must be > 0 (or null for no limit), got {c.max_time_minutes}")
     _require(c.mixed_precision in ("auto", "no", "bf16", "fp16"),
              f"mixed_precision must be 'auto', 'no', 'bf16' or 'fp16', got {c.mixed_precision!r}")
-    for name in ("max_eval_examples", "num_proc", "batch_size", "max_steps",
+    for name in ("max_eval_examples", "shuffle_window", "num_proc", "batch_size", "max_steps",
                  "gradient_accumulation_steps", "logging_steps", "eval_steps", "eval_batch_size", "save_steps",
                  "keep_last"):
         _require(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
@@ -267,14 +269,18 @@ def _check_model_overrides(c: PretrainConfig) -> None:
         raise ConfigError(f"bad model setting (preset {c.preset!r}, model {c.model}): {err}") from None
 
 
-def resolve_phases(c: PretrainConfig) -> list[Phase]:
+def resolve_phases(c: PretrainConfig, prepared_lengths: list[int] | None = None) -> list[Phase]:
     """The schedule as phases with step counts: ``phases`` entries give ``max_seq_length`` and either ``steps``
     (summing to max_steps) or ``fraction`` (summing to 1; the last phase takes the rounding remainder), and
-    optionally their own ``batch_size``."""
+    optionally their own ``batch_size``. Without ``phases`` or ``max_seq_length``, one prepared folder trains at
+    its own length (``prepared_lengths``: the lengths of the ``prepared`` folders, when known); anything else
+    follows the short-first default schedule."""
     if c.phases is not None:
         raw = c.phases
     elif c.max_seq_length is not None:
         raw = [{"max_seq_length": c.max_seq_length, "fraction": 1.0}]
+    elif prepared_lengths is not None and len(prepared_lengths) == 1:
+        raw = [{"max_seq_length": prepared_lengths[0], "fraction": 1.0}]
     else:
         raw = DEFAULT_PHASES
     _require(len(raw) > 0, "phases is an empty list")

@@ -26,7 +26,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,13 +38,16 @@ import torch
 from accelerate.utils import broadcast_object_list
 
 from ..data import DataCollatorForBertPretraining, PreparedCorpus, prepare_corpus
+from ..data.collator import IGNORE_INDEX
 from ..data.settings import ExampleSettings
+from ..data.shards import ROW_GROUP_SIZE
 from ..data.sources import BUILTIN_CORPUS, load_dataset_split
 from .config import ConfigError, PretrainConfig
 
 __all__ = [
-    "BUILTIN_CORPUS", "PREPARED_DIR", "BatchPlan", "Permutation", "TrainingData", "baselines", "check_sources",
-    "collate", "corpus_collator", "load_training_data", "prepare_source",
+    "BUILTIN_CORPUS", "PREPARED_DIR", "SHUFFLE_WINDOW", "BatchPlan", "Permutation", "ReadAhead", "TrainingData",
+    "baselines", "check_sources", "collate", "corpus_collator", "load_training_data", "prepare_source",
+    "training_batch",
 ]
 
 BUILTIN_CORPUS_NAME = "Jane Austen's six novels (public domain, shipped with hfbert)"
@@ -50,6 +55,8 @@ BUILTIN_CORPUS_NAME = "Jane Austen's six novels (public domain, shipped with hfb
 PREPARED_DIR = "prepared"
 #: Batch widths are rounded up to a multiple of this (see :func:`corpus_collator`).
 PAD_TO_MULTIPLE_OF = 8
+#: Row groups whose rows are mixed together in the training order (see :class:`BatchPlan`, docs/data.md).
+SHUFFLE_WINDOW = 32
 _HELD_OUT_STREAM = 0x686F6C64  # separates the held-out masks' seeds from the training masks'
 # Errors of reading or building data that a user can fix: a missing file, a corrupt shard, an empty input.
 _DATA_ERRORS = (FileNotFoundError, FileExistsError, KeyError, ValueError)
@@ -78,6 +85,19 @@ def check_sources(config: PretrainConfig) -> None:
 
 # ----------------------------------------------------------------------------------------------------------------
 # Opening (and, without --prepared, building) the prepared corpora
+
+
+def prepared_lengths(config: PretrainConfig) -> list[int] | None:
+    """The sequence length of the one ``--prepared`` folder when the schedule is not given (no ``phases``, no
+    ``max_seq_length``): such a run trains at that length (see :func:`~hfbert.pretrain.config.resolve_phases`).
+    None otherwise. Raises :class:`ConfigError` for a folder that does not open."""
+    if config.prepared is None or len(config.prepared) != 1 or config.phases is not None \
+            or config.max_seq_length is not None:
+        return None
+    try:
+        return [PreparedCorpus.open(config.prepared[0]).max_seq_length]
+    except _DATA_ERRORS as err:
+        raise ConfigError(str(err).strip("'\"")) from None
 
 
 @dataclass
@@ -345,12 +365,34 @@ class Permutation:
 class BatchPlan:
     """Which rows of a phase's corpus each process reads at each micro-batch, by arithmetic only.
 
-    ``micro`` counts micro-batches from the start of the phase (optimizer step x accumulation + micro step). Each
-    epoch is a fresh :class:`Permutation` seeded by ``(seed, phase, epoch)``; the tail that does not fill a global
-    batch is skipped in that epoch (and lands elsewhere in the next permutation).
+    The training order of an epoch is block-aware, so that a decoded block serves many rows before it is dropped.
+    The blocks are the corpus's Parquet row groups (``blocks``: rows per block, in row order, as
+    :meth:`~hfbert.data.PreparedCorpus.blocks` gives them; an int is a row count in blocks of
+    ``ROW_GROUP_SIZE`` rows). Epoch ``e``:
+
+    1. the blocks are permuted (:class:`Permutation` seeded by ``(seed, phase, e)``);
+    2. consecutive runs of ``window`` blocks form windows, and the rows of each window are permuted together
+       (seeded by ``(seed, phase, e, window number)``); the epoch's stream is the windows' rows in turn;
+    3. micro-batch ``k`` is stream positions ``[k*B*W, (k+1)*B*W)`` (``W`` processes); the tail that does not fill
+       a global batch is skipped in that epoch (and lands elsewhere in the next one);
+    4. process ``r`` takes the ``r``-th slice of ``B`` of the global batch's row indices *sorted*: rows are
+       numbered shard by shard and row group by row group, so each process reads about ``window / W`` of the
+       window's blocks, and the union is the same global batch for any number of processes.
+
+    Shards are shuffled when they are built, so a row group is already a random sample of its shard's documents;
+    the window mixes rows of ``window`` row groups of (mostly) different shards. What the plan holds is the block
+    order and its running sums: O(number of row groups), 16 bytes each, never O(rows).
     """
 
-    def __init__(self, num_examples: int, batch_size: int, world_size: int, seed: int, phase: int):
+    def __init__(self, blocks, batch_size: int, world_size: int, seed: int, phase: int,
+                 window: int = SHUFFLE_WINDOW):
+        if isinstance(blocks, (int, np.integer)):
+            full, rest = divmod(int(blocks), ROW_GROUP_SIZE)
+            blocks = [ROW_GROUP_SIZE] * full + ([rest] if rest else [])
+        self.sizes = np.asarray(blocks, dtype=np.int64).reshape(-1)
+        if window < 1:
+            raise ValueError(f"the shuffle window must be at least 1 row group, got {window}")
+        num_examples = int(self.sizes.sum())
         global_batch = batch_size * world_size
         if num_examples < global_batch:
             raise ValueError(
@@ -358,23 +400,113 @@ class BatchPlan:
                 f"({batch_size} x {world_size} processes); use a larger corpus or a smaller batch_size"
             )
         self.num_examples, self.batch_size, self.world_size = num_examples, batch_size, world_size
-        self.seed, self.phase = seed, phase
+        self.seed, self.phase, self.window = seed, phase, window
+        self.starts = np.cumsum(self.sizes) - self.sizes  # the first row of each block
         self.batches_per_epoch = num_examples // global_batch
-        self._epoch, self._order = -1, None
+        self._epoch, self._order, self._ends = -1, None, None
+        self._windows: dict[tuple[int, int], np.ndarray] = {}
 
-    def _permutation(self, epoch: int) -> Permutation:
+    def _blocks_of(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """The epoch's block order and, along it, the running sum of rows (where each block ends in the stream)."""
         if epoch != self._epoch:
-            self._order, self._epoch = Permutation(self.num_examples, [self.seed, self.phase, epoch]), epoch
-        return self._order
+            order = Permutation(len(self.sizes), [self.seed, self.phase, epoch])(np.arange(len(self.sizes)))
+            self._order, self._ends, self._epoch = order, np.cumsum(self.sizes[order]), epoch
+        return self._order, self._ends
+
+    def global_rows(self, micro: int) -> np.ndarray:
+        """The row indices of micro-batch ``micro`` on all processes together, sorted."""
+        epoch, index = divmod(micro, self.batches_per_epoch)
+        order, ends = self._blocks_of(epoch)
+        global_batch = self.batch_size * self.world_size
+        positions = np.arange(index * global_batch, (index + 1) * global_batch, dtype=np.int64)
+        window_ends = ends[np.minimum(np.arange(self.window, len(order) + self.window, self.window), len(order)) - 1]
+        window_of = np.searchsorted(window_ends, positions, side="right")
+        mixed = np.empty_like(positions)
+        for number in np.unique(window_of).tolist():
+            members = window_of == number
+            first = int(window_ends[number - 1]) if number else 0
+            mixed[members] = first + self._window_order(epoch, number, int(window_ends[number]) - first)[
+                positions[members] - first]
+        block = np.searchsorted(ends, mixed, side="right")  # the position along the epoch's block order
+        rows = self.starts[order[block]] + mixed - (ends[block] - self.sizes[order[block]])
+        return np.sort(rows)
+
+    def _window_order(self, epoch: int, number: int, rows: int) -> np.ndarray:
+        """The permutation of a window's rows, as an array (a window's rows, not the corpus's: ``window`` row
+        groups). The last two are kept: a global batch spans at most two windows, and the next batch starts in
+        the window where this one ended."""
+        key = (epoch, number)
+        if key not in self._windows:
+            self._windows[key] = Permutation(rows, [self.seed, self.phase, epoch, number])(np.arange(rows))
+            while len(self._windows) > 2:
+                self._windows.pop(next(iter(self._windows)))
+        return self._windows[key]
+
+    @property
+    def cache_blocks(self) -> int:
+        """Decoded blocks a process keeps so that each is decoded once per window: its share of a window and of the
+        next one (a global batch can straddle two windows), and one more at either edge of its slice."""
+        return 2 * -(-self.window // self.world_size) + 2
 
     def rows(self, micro: int, rank: int) -> list[int]:
-        epoch, index = divmod(micro, self.batches_per_epoch)
-        start = (index * self.world_size + rank) * self.batch_size
-        return self._permutation(epoch)(np.arange(start, start + self.batch_size)).tolist()
+        """The rows process ``rank`` reads at micro-batch ``micro`` (ascending)."""
+        return self.global_rows(micro)[rank * self.batch_size : (rank + 1) * self.batch_size].tolist()
 
     def mask_seed(self, micro: int, rank: int) -> int:
         """The seed of the dynamic masks of one micro-batch on one process."""
         return int(np.random.SeedSequence([self.seed, self.phase, micro, rank]).generate_state(1)[0])
+
+
+def training_batch(corpus: PreparedCorpus, collator: DataCollatorForBertPretraining, plan: BatchPlan, micro: int,
+                   rank: int, pin_memory: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Process ``rank``'s share of micro-batch ``micro``: its rows gathered into arrays and collated (masks from a
+    generator seeded by :meth:`BatchPlan.mask_seed`, torch's RNG untouched, so this can run in another thread),
+    and what the loop counts on the host instead of asking the device: the supervised labels in row-major order
+    (``targets``), their number (``supervised``) and the real tokens (``tokens``)."""
+    arrays = corpus.read_arrays("train", plan.rows(micro, rank), {"input_ids": collator.pad_token_id})
+    batch = collator.collate_arrays(arrays, np.random.default_rng(plan.mask_seed(micro, rank)))
+    labels = batch["labels"]
+    counts = {"targets": labels[labels != IGNORE_INDEX], "tokens": int(arrays["input_ids_length"].sum())}
+    counts["supervised"] = int(counts["targets"].numel())
+    if pin_memory:  # page-locked, so the copy to the GPU can overlap the step before it
+        batch = {name: tensor.pin_memory() for name, tensor in batch.items()}
+        counts["targets"] = counts["targets"].pin_memory()
+    return batch, counts
+
+
+class ReadAhead:
+    """Items made ahead of need in one background thread (a ``ThreadPoolExecutor``), by key.
+
+    :meth:`get` returns the item of a key -- waiting for it when it is not ready yet, making it when it was never
+    asked for -- and queues the next ``depth`` keys the caller names. Each item depends only on its key, so what is
+    read ahead never changes what is trained on, and a resumed run asks for the same keys. One thread is enough:
+    decoding Parquet, gathering arrays and collating release the interpreter for most of their time, the training
+    process's own threads do the model's work, and a single queue keeps the items in order.
+    """
+
+    def __init__(self, make: Callable[[Hashable], Any], depth: int):
+        self._make, self.depth = make, depth
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hfbert-read-ahead")
+        self._pending: dict[Hashable, Future] = {}
+
+    def get(self, key: Hashable, upcoming: Sequence[Hashable] = ()) -> tuple[Any, float]:
+        """The item of ``key`` and the seconds this call waited for it; queues ``upcoming[:depth]``."""
+        future = self._pending.pop(key, None) or self._pool.submit(self._make, key)
+        wanted = list(upcoming)[: self.depth]
+        for stale in [k for k in self._pending if k not in wanted]:
+            self._pending.pop(stale).cancel()
+        for later in wanted:
+            if later not in self._pending:
+                self._pending[later] = self._pool.submit(self._make, later)
+        started = time.monotonic()
+        item = future.result()  # an error of the reader is raised here, in the training process's thread
+        return item, time.monotonic() - started
+
+    def close(self) -> None:
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def collate(collator, examples: list[dict], mask_seed: int) -> dict[str, torch.Tensor]:

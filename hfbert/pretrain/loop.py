@@ -51,7 +51,8 @@ from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
 from .checkpointing import DiskFullError, from_main, out_of_space, save_checkpoint, seed_step, staged_folder
 from .config import ConfigError, Phase, PretrainConfig, command_parser, native_mixed_precision, resolve_phases
-from .data import PREPARED_DIR, BatchPlan, TrainingData, check_sources, collate, load_training_data
+from .data import (PREPARED_DIR, BatchPlan, ReadAhead, TrainingData, check_sources, load_training_data,
+                   prepared_lengths, training_batch)
 from .recovery import (
     LossWatch,
     RunStart,
@@ -73,6 +74,8 @@ CURVE_FILE = "loss_curve.png"
 # (over supervised tokens, over NSP pairs) so that any window of steps is normalised the way a step is.
 _STATS = ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "mlm_total", "nsp_correct", "nsp_total", "tokens",
           "time_up")
+#: Optimizer steps whose micro-batches are read and collated ahead, in a background thread.
+READ_AHEAD_STEPS = 2
 
 
 class TrainingDivergedError(RuntimeError):
@@ -99,6 +102,7 @@ class LoopState:
     step: int = 0  # optimizer steps done
     window: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_STATS, 0.0))
     window_seconds: float = 0.0
+    window_data_seconds: float = 0.0  # of window_seconds, the time this process's steps waited for their data
     tokens_seen: int = 0
     train_seconds: float = 0.0  # summed over every invocation of the run
     recent_losses: list[float] = field(default_factory=list)  # the window the divergence check compares with
@@ -229,8 +233,15 @@ class _Loop:
         self.optimizer, self.scheduler, self.data = optimizer, scheduler, data
         self.phases, self.state = phases, state
         world, seed = accelerator.num_processes, config.seed
-        self.plans = [BatchPlan(data.corpora[p.max_seq_length].num_rows("train"), p.batch_size, world, seed, p.index)
-                      for p in phases]
+        self.plans = [BatchPlan(data.corpora[p.max_seq_length].blocks("train"), p.batch_size, world, seed, p.index,
+                                window=config.shuffle_window) for p in phases]
+        for phase, plan in zip(phases, self.plans):  # each decoded block serves its window, then is dropped
+            corpus = data.corpora[phase.max_seq_length]
+            corpus.set_cache(max(corpus.cached_blocks, plan.cache_blocks))
+        self.pin_memory = accelerator.device.type == "cuda"
+        self.read_ahead = ReadAhead(lambda key: self.micro_batch(phases[key[0]], key[1]),
+                                    depth=READ_AHEAD_STEPS * config.gradient_accumulation_steps)
+        self.data_seconds = 0.0  # the mean wait for data per step in the last log window
         self.output_dir = Path(config.output_dir)
         self.last_saved = state.step
         self.clock = _Clock(state.train_seconds)
@@ -248,23 +259,10 @@ class _Loop:
         limit = None if config.max_time_minutes is None else config.max_time_minutes * 60
         stop = "max_steps"
         self.model.train()
-        while state.step < config.max_steps:
-            stats = self.train_step(time_up=limit is not None and self.clock.this_run() >= limit)
-            state.step += 1
-            state.tokens_seen += int(stats["tokens"])
-            for key in _STATS:
-                state.window[key] += stats[key]
-            state.window_seconds += stats["seconds"]
-            bar.update(1)
-            if state.step % config.logging_steps == 0:
-                bar.set_postfix(loss=f"{self.log_window():.3f}")
-            if state.step % config.eval_steps == 0:
-                self.accelerator.log(self.evaluation(), step=state.step)
-            if state.step % config.save_steps == 0:
-                self.checkpoint()
-            if stats["time_up"] > 0 and state.step < config.max_steps:
-                stop = "max_time"
-                break
+        try:
+            stop = self._train(bar, limit)
+        finally:
+            self.read_ahead.close()
         bar.close()
         if state.window["nsp_total"] > 0:  # the steps since the last log line
             self.log_window()
@@ -272,15 +270,43 @@ class _Loop:
             self.checkpoint()
         return stop
 
+    def _train(self, bar, limit: float | None) -> str:
+        config, state = self.config, self.state
+        stop = "max_steps"
+        while state.step < config.max_steps:
+            stats = self.train_step(time_up=limit is not None and self.clock.this_run() >= limit)
+            state.step += 1
+            state.tokens_seen += int(stats["tokens"])
+            for key in _STATS:
+                state.window[key] += stats[key]
+            state.window_seconds += stats["seconds"]
+            state.window_data_seconds += stats["data_seconds"]
+            bar.update(1)
+            if state.step % config.logging_steps == 0:
+                bar.set_postfix(loss=f"{self.log_window():.3f}", data=f"{self.data_seconds:.3f}s")
+            if state.step % config.eval_steps == 0:
+                self.accelerator.log(self.evaluation(), step=state.step)
+            if state.step % config.save_steps == 0:
+                self.checkpoint()
+            if stats["time_up"] > 0 and state.step < config.max_steps:
+                stop = "max_time"
+                break
+        return stop
+
     def train_step(self, time_up: bool) -> dict[str, float]:
         """One optimizer step over ``gradient_accumulation_steps`` micro-batches on every process.
 
         The step's MLM loss is the mean over every supervised token of its global batch (all micro-batches on all
         processes), not a mean of per-micro-batch means, so a micro-batch with more masked tokens weighs more and
-        the step does not depend on how its batch is split. The micro-batches are collated first, their supervised
-        counts are summed over processes in one all-reduce, and each forward divides its token sum by
+        the step does not depend on how its batch is split. The micro-batches are collated first (read ahead, see
+        :class:`~hfbert.pretrain.data.ReadAhead`), their supervised counts (counted on the host) are summed over
+        processes in one all-reduce that stays on the device, and each forward divides its token sum by
         ``count / processes`` (DDP then averages the gradients over processes). NSP is the mean over all pairs:
         every micro-batch has the same number of pairs, so each one's mean weighs ``1 / accumulation``.
+
+        The loop itself waits for the device once per step: the statistics after the backward passes, which the
+        divergence check needs before the update. (The model's forward has data-dependent shapes of its own: the
+        supervised positions it gathers.)
         """
         accelerator, config, step = self.accelerator, self.config, self.state.step
         phase = self.phase_at(step)
@@ -288,20 +314,26 @@ class _Loop:
         accumulation = config.gradient_accumulation_steps
         started = time.monotonic()
         first = (step - phase.first_step) * accumulation
-        batches = [self.micro_batch(phase, first + k) for k in range(accumulation)]
-        local = [sum(float((b["labels"] != IGNORE_INDEX).sum()) for b in batches), float(time_up)]
-        supervised, time_up = accelerator.reduce(torch.tensor(local, device=accelerator.device), "sum").tolist()
-        num_items = max(supervised, 1.0) / accelerator.num_processes
-        totals = torch.zeros(len(_STATS), dtype=torch.float64)
+        device = accelerator.device
+        keys = [(phase.index, first + k) for k in range(accumulation)] + self._keys_from(step + 1)
+        batches, counts, data_seconds = [], [], 0.0
+        for k in range(accumulation):
+            (batch, host), waited = self.read_ahead.get(keys[k], keys[k + 1 :])
+            batches.append({name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()})
+            counts.append({**host, "targets": host["targets"].to(device, non_blocking=True)})
+            data_seconds += waited
+        supervised = torch.full((1,), float(sum(c["supervised"] for c in counts)), dtype=torch.float64, device=device)
+        num_items = accelerator.reduce(supervised, "sum")[0].clamp(min=1.0) / accelerator.num_processes
+        totals = torch.zeros(len(_STATS), dtype=torch.float64, device=device)
         for k, batch in enumerate(batches):
             # Gradients are all-reduced only on the last micro-batch of the step.
             sync = contextlib.nullcontext() if k == accumulation - 1 else accelerator.no_sync(self.model)
             with sync:
                 outputs = self.model(**batch, num_items_in_batch=num_items)  # MLM: token sum / num_items
                 accelerator.backward(outputs.mlm_loss + outputs.nsp_loss / accumulation)
-            totals += _batch_stats(outputs, batch, num_items)
-        totals[_STATS.index("time_up")] = time_up
-        totals = accelerator.reduce(totals.to(accelerator.device), reduction="sum").cpu()
+            totals += _batch_stats(outputs, batch, num_items, counts[k])
+        totals[_STATS.index("time_up")] = float(time_up)
+        totals = accelerator.reduce(totals, reduction="sum").cpu()  # the step's one wait for the device
         stats = dict(zip(_STATS, totals.tolist()))
         loss = stats["mlm_loss_sum"] / max(stats["mlm_total"], 1.0) + stats["nsp_loss_sum"] / stats["nsp_total"]
         problem = self.watch.problem(loss)
@@ -316,14 +348,24 @@ class _Loop:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         stats["seconds"] = time.monotonic() - started
+        stats["data_seconds"] = data_seconds
         return stats
 
-    def micro_batch(self, phase: Phase, micro: int) -> dict[str, torch.Tensor]:
-        """This process's share of micro-batch ``micro`` of ``phase``, collated, on the device."""
+    def _keys_from(self, step: int) -> list[tuple[int, int]]:
+        """(phase, micro-batch) of the steps read ahead from ``step`` on."""
+        keys, accumulation = [], self.config.gradient_accumulation_steps
+        for later in range(step, min(step + READ_AHEAD_STEPS, self.config.max_steps)):
+            phase = self.phase_at(later)
+            first = (later - phase.first_step) * accumulation
+            keys += [(phase.index, first + k) for k in range(accumulation)]
+        return keys
+
+    def micro_batch(self, phase: Phase, micro: int) -> tuple[dict[str, torch.Tensor], dict]:
+        """This process's share of micro-batch ``micro`` of ``phase``, collated on the host (pinned for a GPU), and
+        its counts (see :func:`~hfbert.pretrain.data.training_batch`); only this process's rows are read."""
         rank, plan, length = self.accelerator.process_index, self.plans[phase.index], phase.max_seq_length
-        examples = self.data.corpora[length].rows("train", plan.rows(micro, rank))  # only this process's rows
-        batch = collate(self.data.collators[length], examples, plan.mask_seed(micro, rank))
-        return {name: tensor.to(self.accelerator.device) for name, tensor in batch.items()}
+        return training_batch(self.data.corpora[length], self.data.collators[length], plan, micro, rank,
+                              pin_memory=self.pin_memory)
 
     def _diverged(self, problem: str, loss: float, step: int) -> TrainingDivergedError:
         """The error every process raises at the step whose (all-reduced) loss went wrong: recorded in the log and
@@ -338,6 +380,7 @@ class _Loop:
         """Log the averages over the steps since the last log line; returns the mean loss."""
         state = self.state
         w = state.window
+        steps = (state.step - 1) % self.config.logging_steps + 1  # since the last log line
         mlm_loss, nsp_loss = w["mlm_loss_sum"] / max(w["mlm_total"], 1.0), w["nsp_loss_sum"] / max(w["nsp_total"], 1.0)
         values = {
             "loss": mlm_loss + nsp_loss,
@@ -347,12 +390,15 @@ class _Loop:
             "nsp_accuracy": w["nsp_correct"] / max(w["nsp_total"], 1.0),
             "learning_rate": self.scheduler.get_last_lr()[0],
             "tokens_per_second": w["tokens"] / max(state.window_seconds, 1e-9),
+            "step_seconds": state.window_seconds / steps,
+            "data_seconds": state.window_data_seconds / steps,  # of step_seconds, the wait for the step's data
             "tokens_seen": state.tokens_seen,
             "max_seq_length": self.phase_at(state.step - 1).max_seq_length,
             "train_seconds": self.clock.total(),  # wall clock since the start, evaluations and checkpoints included
         }
         self.accelerator.log(values, step=state.step)
-        state.window, state.window_seconds = dict.fromkeys(_STATS, 0.0), 0.0
+        self.data_seconds = values["data_seconds"]
+        state.window, state.window_seconds, state.window_data_seconds = dict.fromkeys(_STATS, 0.0), 0.0, 0.0
         return values["loss"]
 
     def evaluation(self) -> dict[str, float]:
@@ -368,7 +414,7 @@ class _Loop:
         phase = self.phase_at(max(self.state.step - 1, 0))
         model = accelerator.unwrap_model(self.model)
         model.eval()
-        totals = torch.zeros(len(_STATS), dtype=torch.float64)
+        totals = torch.zeros(len(_STATS), dtype=torch.float64, device=accelerator.device)
         batches = self.data.held_out[phase.max_seq_length]
         for number in range(accelerator.process_index, len(batches), accelerator.num_processes):
             batch = {k: v.to(accelerator.device) for k, v in batches[number].items()}
@@ -406,11 +452,18 @@ class _Clock:
         return self.earlier + self.this_run()
 
 
-def _batch_stats(outputs, batch: dict[str, torch.Tensor], num_items: float | None = None) -> torch.Tensor:
-    """Loss sums, MLM/NSP correct and total counts and real tokens of one micro-batch, as a _STATS vector.
-    ``num_items``: what the MLM loss was divided by (None: it is the mean over this batch's supervised tokens)."""
+def _batch_stats(outputs, batch: dict[str, torch.Tensor], num_items=None, counts: dict | None = None) -> torch.Tensor:
+    """Loss sums, MLM/NSP correct and total counts and real tokens of one micro-batch, as a _STATS vector on the
+    batch's device, built without waiting for it. ``num_items``: what the MLM loss was divided by (None: it is the
+    mean over this batch's supervised tokens). ``counts``: the supervised labels (``targets``, on the device) and the
+    numbers counted on the host at collation (:func:`~hfbert.pretrain.data.training_batch`); without them they are
+    found on the device (evaluation)."""
     labels = batch["labels"]
-    targets = labels[labels != IGNORE_INDEX]  # the rows of prediction_logits, in the same row-major order
+    if counts is None:
+        targets = labels[labels != IGNORE_INDEX]  # the rows of prediction_logits, in the same row-major order
+        tokens = batch["attention_mask"].sum()
+    else:
+        targets, tokens = counts["targets"], counts["tokens"]
     pairs = batch["next_sentence_label"].numel()
     mlm_correct = (outputs.prediction_logits.argmax(-1) == targets).sum()
     nsp_correct = (outputs.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum()
@@ -419,9 +472,12 @@ def _batch_stats(outputs, batch: dict[str, torch.Tensor], num_items: float | Non
         "nsp_loss_sum": outputs.nsp_loss.detach().double() * pairs,
         "mlm_correct": mlm_correct, "mlm_total": targets.numel(),
         "nsp_correct": nsp_correct, "nsp_total": pairs,
-        "tokens": batch["attention_mask"].sum(), "time_up": 0.0,
+        "tokens": tokens, "time_up": 0.0,
     }
-    return torch.tensor([float(values[key]) for key in _STATS], dtype=torch.float64)
+    device = labels.device
+    return torch.stack([value.to(torch.float64).reshape(()) if torch.is_tensor(value)
+                        else torch.full((), float(value), dtype=torch.float64, device=device)
+                        for value in (values[key] for key in _STATS)])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -449,7 +505,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     """The whole job; see the module docstring. Raises :class:`ConfigError` before any work for bad settings,
     :class:`TrainingDivergedError` when the loss stops being finite, :class:`~hfbert.pretrain.checkpointing.
     DiskFullError` when a checkpoint or the export does not fit on the disk."""
-    phases = resolve_phases(config)
+    phases = resolve_phases(config, prepared_lengths(config))  # one prepared folder trains at its own length
     accelerator = _make_accelerator(config)
     start = preflight(config, accelerator)  # fresh, or the checkpoint to resume: the same on every process
     _start_output_dir(config, accelerator, start)
@@ -475,7 +531,9 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
             accelerator.log({k: v for k, v in metrics.items() if k.startswith("eval_")}, step=state.step)
         result = PretrainResult(Path(config.output_dir), metrics)
         export = lambda: _export(config, accelerator.unwrap_model(model), data, metrics, phases)  # noqa: E731
-        result.fill_mask = from_main(accelerator, export)
+        fill_mask = from_main(accelerator, export)  # every process stops with it on a full disk
+        if accelerator.is_main_process:
+            result.fill_mask = fill_mask
     finally:
         accelerator.end_training()
     if config.push_to_hub and accelerator.is_main_process:
