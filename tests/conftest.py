@@ -9,6 +9,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
+import tempfile  # noqa: E402
+
+# Remote prepared corpora cache their bytes here, not in the user's HF_HOME (a test that shares a cache sets its own).
+os.environ.setdefault("HFBERT_CACHE", tempfile.mkdtemp(prefix="hfbert-test-cache-"))
+
 import gzip  # noqa: E402
 import importlib.util  # noqa: E402
 import shutil  # noqa: E402

@@ -10,6 +10,7 @@ groups each).
 
 import gzip
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -227,24 +228,29 @@ def test_the_cache_stays_within_its_limit_and_a_damaged_entry_is_fetched_again(l
     assert cache.get(victim.parent.name, start, end) is None and not victim.exists()
 
 
+def _hammer_cache(folder: str, failures) -> None:
+    """Write and read the same entries again and again (the body of one of several processes)."""
+    cache = RangeCache(folder, 1 << 30)
+    payload = {k: bytes([k]) * (200_000 + k) for k in range(20)}
+    for _ in range(15):
+        for k, data in payload.items():
+            got = cache.get("ab" * 32, k, k + len(data))
+            if got is not None and got != data:
+                failures.put((k, len(got)))
+            cache.put("ab" * 32, k, k + len(data), data)
+
+
 def test_processes_sharing_a_cache_never_see_a_partial_entry(tmp_path):
-    code = textwrap.dedent("""
-        import sys
-        from hfbert.data.remote import RangeCache
-        cache = RangeCache(sys.argv[1], 1 << 30)
-        payload = {k: bytes([k]) * (200_000 + k) for k in range(20)}
-        for round in range(15):
-            for k, data in payload.items():
-                got = cache.get("ab" * 32, k, k + len(data))
-                assert got is None or got == data, (k, len(got))
-                cache.put("ab" * 32, k, k + len(data), data)
-        print("ok")
-    """)
-    runs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "shared")], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    context = multiprocessing.get_context("fork")  # this process has imported everything already
+    failures = context.Queue()
+    runs = [context.Process(target=_hammer_cache, args=(str(tmp_path / "shared"), failures)) for _ in range(3)]
     for run in runs:
-        out, err = run.communicate(timeout=120)
-        assert run.returncode == 0 and out.strip() == "ok", err[-2000:]
+        run.start()
+    for run in runs:
+        run.join(timeout=300)
+        assert run.exitcode == 0
+    assert failures.empty()
+    assert not list((tmp_path / "shared").rglob(".*.tmp"))  # every temporary name was renamed or removed
 
 
 def test_sizes_and_locations_that_are_not_understood_are_refused_in_one_line(tmp_path):
@@ -362,6 +368,7 @@ def test_sigkill_while_reading_hf_then_resume_gives_the_weights_of_the_local_run
     config = tmp_path / "run.json"
     config.write_text(json.dumps(run_settings(f"hf://datasets/{REPO_ID}", output_dir)), encoding="utf-8")
     env = hub.client_env(tmp_path / "home") | {"TOKENIZERS_PARALLELISM": "false"}
+    env.pop("HFBERT_CACHE", None)  # the default cache of the machine, under HF_HOME
     killed = subprocess.run([sys.executable, "-c", textwrap.dedent(KILL_AFTER_CHECKPOINT), str(config),
                              f"checkpoint-{STEPS // 2:08d}"], capture_output=True, text=True, env=env, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]

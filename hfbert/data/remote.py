@@ -21,7 +21,7 @@ The error model, read by read:
   training cannot mix two versions of the data.
 
 The cache (:class:`RangeCache`): fetched ranges are kept on local disk, in one folder per machine that all its
-processes share (default ``$HF_HOME/hfbert/shards``), keyed by the shard's sha256 in the manifest and the byte
+processes share (``$HFBERT_CACHE``, default ``$HF_HOME/hfbert/shards``), keyed by the shard's sha256 in the manifest and the byte
 range, so an entry can only ever hold the bytes of that content.  An entry is written to a unique temporary name
 and renamed into place (a reader sees a whole entry or none), carries a CRC32 of its bytes (a damaged entry is a
 miss, fetched again), and is touched when read; when the folder grows past its limit the least recently used
@@ -51,11 +51,13 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["DEFAULT_CACHE_LIMIT", "RangeCache", "RemoteLocation", "ShardReadError", "default_cache_dir",
+__all__ = ["CACHE_ENV", "DEFAULT_CACHE_LIMIT", "RangeCache", "RemoteLocation", "ShardReadError", "default_cache_dir",
            "parse_size", "resolve_location"]
 
 #: The default bound on the cache folder of one machine.
 DEFAULT_CACHE_LIMIT = "20GB"
+#: The environment variable that moves the cache folder.
+CACHE_ENV = "HFBERT_CACHE"
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 _HF_URL = re.compile(r"^hf://datasets/(?P<repo>[\w.-]+/[\w.-]+?)(?:@(?P<rev>[^/]+))?/?$")
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -80,10 +82,10 @@ def parse_size(value: int | str) -> int:
 
 
 def default_cache_dir() -> Path:
-    """``$HF_HOME/hfbert/shards`` (``~/.cache/huggingface/hfbert/shards`` without HF_HOME)."""
+    """``$HFBERT_CACHE``, else ``$HF_HOME/hfbert/shards`` (``~/.cache/huggingface/hfbert/shards`` without HF_HOME)."""
     from huggingface_hub import constants
 
-    return Path(constants.HF_HOME) / "hfbert" / "shards"
+    return Path(os.environ.get(CACHE_ENV) or Path(constants.HF_HOME) / "hfbert" / "shards")
 
 
 # ---------------------------------------------------------------------------------------------------------
