@@ -42,9 +42,9 @@ import torch
 from hfbert import HfBertConfig
 from hfbert.arguments import UsageError
 from hfbert.data import PreparedCorpus
-from hfbert.pretrain import config as pretrain_config
-from hfbert.pretrain import data as pretrain_data
-from hfbert.pretrain import loop as pretrain_loop
+from hfbert.pretrain import PretrainCallback, PretrainConfig, parse_args, pretrain, resolve_phases
+from hfbert.pretrain.data import baselines as baselines_of
+from hfbert.pretrain.data import corpus_collator, held_out_batches, prepare_in_output_dir
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL_LENGTH = 128
@@ -69,18 +69,17 @@ def prepare_examples(config, work: Path) -> dict[int, Path]:
     code as ``hfbert pretrain`` (one tokenizer for all) and read by all three runs."""
     from accelerate import Accelerator
 
-    lengths = [p.max_seq_length for p in pretrain_config.resolve_phases(config)]
+    lengths = [p.max_seq_length for p in resolve_phases(config)]
     lengths = list(dict.fromkeys([*lengths, EVAL_LENGTH]))
-    return pretrain_data.prepare_in_output_dir(replace(config, output_dir=str(work)), Accelerator(cpu=True), lengths)
+    return prepare_in_output_dir(replace(config, output_dir=str(work)), Accelerator(cpu=True), lengths)
 
 
 def held_out_set(config, folder: Path) -> list[dict]:
     """The held-out set at 128 as the loop builds it: the validation rows with masks fixed once, so every run
     and every evaluation scores the same positions."""
     corpus = PreparedCorpus.open(folder)
-    collator = pretrain_data._collator(corpus, corpus.load_tokenizer())
-    return pretrain_data.held_out_batches(corpus, collator, config.max_eval_examples, config.eval_batch_size,
-                                          config.seed)
+    collator = corpus_collator(corpus, corpus.load_tokenizer())
+    return held_out_batches(corpus, collator, config.max_eval_examples, config.eval_batch_size, config.seed)
 
 
 @torch.no_grad()
@@ -130,12 +129,10 @@ class _Pacer:
         return metrics
 
 
-def _transformers_config(config, tokenizer, *, recipe_dropout: bool):
-    """transformers' BertConfig of the recipe's size (the preset and its overrides, as hfbert builds it)."""
+def _transformers_config(hf: HfBertConfig, *, recipe_dropout: bool):
+    """transformers' BertConfig of the size of ``hf`` (the recipe's preset and overrides, as hfbert builds it)."""
     from transformers import BertConfig
 
-    hf = HfBertConfig.from_preset(config.preset, vocab_size=len(tokenizer),
-                                                  pad_token_id=tokenizer.pad_token_id, **config.model)
     keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
             "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id", "initializer_range")
     values = {k: getattr(hf, k) for k in keys}
@@ -145,7 +142,7 @@ def _transformers_config(config, tokenizer, *, recipe_dropout: bool):
     return BertConfig(hidden_act="gelu", **values)
 
 
-def _bert_in_hfbert_loop(config, tokenizer):
+def _bert_in_hfbert_loop(model_config: HfBertConfig):
     """transformers' BertForPreTraining, with outputs in the shape hfbert's loop reads (logits and MLM loss at the
     supervised positions, the MLM and NSP losses apart)."""
     import torch.nn.functional as F
@@ -166,31 +163,33 @@ def _bert_in_hfbert_loop(config, tokenizer):
                 out.prediction_logits = logits
             return out
 
-    torch.manual_seed(config.seed)
-    return BertInHfbertLoop(_transformers_config(config, tokenizer, recipe_dropout=True))
+    return BertInHfbertLoop(_transformers_config(model_config, recipe_dropout=True))  # seeded by the job
+
+
+class _Paced(PretrainCallback):
+    """The turns of ``a`` and ``c``, through ``pretrain``'s callbacks: the clock starts with the first step, and every
+    ``every`` steps the common held-out score is taken and the turn passes (as run ``b``'s TrainerCallback does)."""
+
+    def __init__(self, pacer: _Pacer, every: int):
+        self.pacer, self.every = pacer, every
+
+    def on_train_begin(self, step, model, **kwargs):
+        self.pacer.start()
+
+    def on_step_end(self, step, model, **kwargs):
+        if step % self.every == 0:
+            self.pacer.checkpoint(model, step)
 
 
 def _run_hfbert_loop(run: str, config, folders: dict[int, Path], pacer: _Pacer) -> None:
-    """``a`` and ``c``: ``pretrain(config)`` on the prepared folders, paced at every evaluation step."""
-    lengths = [p.max_seq_length for p in pretrain_config.resolve_phases(config)]
-    config = replace(config, prepared=[str(folders[length]) for length in dict.fromkeys(lengths)],
-                     input=None, dataset=None, tokenizer=None)
-    original_run = pretrain_loop._Loop.run
-
-    def paced_run(self):
-        pacer.start()
-        return original_run(self)
-
-    def paced_evaluate(self):
-        metrics = pacer.checkpoint(self.accelerator.unwrap_model(self.model), self.state.step)
-        return {"eval_loss": 0.0, "eval_mlm_loss": 0.0, "eval_nsp_loss": 0.0, **metrics}
-
-    # The job itself runs unchanged; only what happens at an evaluation step (the common held-out score, then the
-    # turn passes) and, for ``c``, the model are swapped in.
-    pretrain_loop._Loop.run, pretrain_loop._Loop.evaluate = paced_run, paced_evaluate
-    if run == "c":
-        pretrain_loop._build_model = lambda config, data: _bert_in_hfbert_loop(config, data.tokenizer)
-    pretrain_loop.pretrain(config)
+    """``a`` and ``c``: ``pretrain(config)`` on the prepared folders, paced at every ``eval_steps`` steps; for ``c``,
+    transformers' model through ``model_init``. The job's own evaluations are left to the end (its clock would
+    count them; the pacer's held-out score, off the clock, is the one compared)."""
+    lengths = [p.max_seq_length for p in resolve_phases(config)]
+    job = replace(config, prepared=[str(folders[length]) for length in dict.fromkeys(lengths)],
+                  input=None, dataset=None, tokenizer=None, eval_steps=config.max_steps)
+    pretrain(job, callbacks=[_Paced(pacer, config.eval_steps)],
+             model_init=_bert_in_hfbert_loop if run == "c" else None)
 
 
 def _run_trainer(config, folders: dict[int, Path], work: Path, pacer: _Pacer) -> None:
@@ -204,10 +203,12 @@ def _run_trainer(config, folders: dict[int, Path], work: Path, pacer: _Pacer) ->
     # As a transformers user reads Parquet: datasets (memory-mapped Arrow), the columns the model takes.
     train = datasets.Dataset.from_parquet(shards, cache_dir=str(work / "cache"))
     train = train.select_columns(["input_ids", "token_type_ids", "next_sentence_label"])
-    phases = pretrain_config.resolve_phases(config)
+    phases = resolve_phases(config)
     batch_size = next((p.batch_size for p in phases if p.max_seq_length == EVAL_LENGTH), phases[-1].batch_size)
     torch.manual_seed(config.seed)
-    model = BertForPreTraining(_transformers_config(config, tokenizer, recipe_dropout=False))
+    recipe = HfBertConfig.from_preset(config.preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                      **config.model)
+    model = BertForPreTraining(_transformers_config(recipe, recipe_dropout=False))
 
     class Pace(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
@@ -229,7 +230,7 @@ def _run_trainer(config, folders: dict[int, Path], work: Path, pacer: _Pacer) ->
 
 
 def _worker(run: str, config_values: dict, folders: dict[int, str], work: str, connection) -> None:
-    config = pretrain_config.PretrainConfig.from_dict(config_values)
+    config = PretrainConfig.from_dict(config_values)
     folders = {int(length): Path(folder) for length, folder in folders.items()}
     pacer = _Pacer(connection, held_out_set(config, folders[EVAL_LENGTH]))
     try:
@@ -385,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--runs takes distinct names from {sorted(RUNS)}, got {args.runs!r}")
     runs.sort()
     try:
-        recipe = pretrain_config.parse_args(["--config", args.config, *rest])
+        recipe = parse_args(["--config", args.config, *rest])
     except UsageError as err:
         parser.error(str(err))
     config = replace(recipe, max_time_minutes=None, progress_bar=False, report_to=["jsonl"],
@@ -399,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     held_out = held_out_set(config, folders[EVAL_LENGTH])
     docs = Path(args.docs)
     docs.mkdir(parents=True, exist_ok=True)
-    baselines = pretrain_data.baselines(held_out)
+    baselines = baselines_of(held_out)
     command = " ".join(["python", "scripts/time_to_accuracy.py", *(sys.argv[1:] if argv is None else argv)])
 
     def write(results: dict[str, dict]) -> dict:
@@ -407,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": command,
             "finished": all(r["stopped_by"] for r in results.values()),
             "recipe": config.to_dict(),
-            "phases": [vars(p) for p in pretrain_config.resolve_phases(config)],
+            "phases": [vars(p) for p in resolve_phases(config)],
             "runs": {run: RUNS[run] for run in runs},
             "eval_max_seq_length": EVAL_LENGTH,
             "targets": list(TARGETS),

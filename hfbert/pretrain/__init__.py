@@ -1,15 +1,18 @@
 """``hfbert pretrain``: the pretraining job and its parts.
 
 * :mod:`~hfbert.pretrain.config` -- the settings (:class:`PretrainConfig`) and the sequence-length schedule.
-* :mod:`~hfbert.pretrain.data` -- documents, the held-out split, the vocabulary, examples and batches.
+* :mod:`~hfbert.pretrain.data` -- the prepared corpora (built first without ``--prepared``) and the batches.
 * :mod:`~hfbert.pretrain.loop` -- the Accelerate training loop, evaluation and the exported Hub-format folder.
+* :mod:`~hfbert.pretrain.callbacks` -- :class:`PretrainCallback`, the hooks a caller watches the run through.
 * :mod:`~hfbert.pretrain.checkpointing` -- atomic, resumable checkpoints.
+* :mod:`~hfbert.pretrain.recovery` -- how a run starts or resumes, divergence and the last good checkpoint.
 * :mod:`~hfbert.pretrain.tracking` -- the JSONL log that the curve, the model card and resumption read.
 
 ``python -m hfbert.pretrain`` and ``hfbert pretrain`` run :func:`main`; ``pretrain(config)`` is the same job as a
-function.
+function, and ``pretrain(config, callbacks=[...], model_init=...)`` lets a caller watch it or supply the model.
 """
 
+from .callbacks import PretrainCallback
 from .config import ConfigError, Phase, PretrainConfig, load_config, parse_args, resolve_phases
 from .loop import (
     CONFIG_FILE,
@@ -26,6 +29,7 @@ from .loop import (
 )
 
 __all__ = [
-    "ConfigError", "Phase", "PretrainConfig", "PretrainResult", "TrainingDivergedError", "fill_mask_example",
+    "ConfigError", "Phase", "PretrainCallback", "PretrainConfig", "PretrainResult", "TrainingDivergedError",
+    "fill_mask_example",
     "load_config", "main", "parse_args", "plot_curve", "preflight", "pretrain", "resolve_phases",
 ]

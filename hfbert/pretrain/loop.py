@@ -49,6 +49,7 @@ from ..hub import DEFAULT_IGNORE_PATTERNS, push_to_hub
 from ..modelcard import write_pretrained_card
 from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
+from .callbacks import CallbackHandler, PretrainCallback
 from .checkpointing import DiskFullError, from_main, out_of_space, save_checkpoint, seed_step, staged_folder
 from .config import ConfigError, Phase, PretrainConfig, command_parser, native_mixed_precision, resolve_phases
 from .data import (PREPARED_DIR, BatchPlan, ReadAhead, TrainingData, check_sources, load_training_data,
@@ -195,8 +196,9 @@ def _record_settings(config: PretrainConfig, accelerator, start: RunStart) -> No
         path.write_text(json.dumps(config.to_dict(), indent=1), encoding="utf-8")
 
 
-def _build_model(config: PretrainConfig, data: TrainingData):
-    """The model for the corpora's tokenizer, checked against every manifest (vocabulary size, special ids)."""
+def _build_model(config: PretrainConfig, data: TrainingData, model_init=None):
+    """The model for the corpora's tokenizer, checked against every manifest (vocabulary size, special ids):
+    ``model_init(model_config)`` when given, else :class:`HfBertForPreTraining`."""
     tokenizer = data.tokenizer
     model_config = HfBertConfig.from_preset(
         config.preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **config.model
@@ -207,7 +209,7 @@ def _build_model(config: PretrainConfig, data: TrainingData):
         except ValueError as err:
             raise ConfigError(str(err)) from None
     torch.manual_seed(config.seed)  # the same initial weights on every process and every start
-    return HfBertForPreTraining(model_config)
+    return (model_init or HfBertForPreTraining)(model_config)
 
 
 def _build_optimizer(config: PretrainConfig, model):
@@ -228,8 +230,9 @@ class _Loop:
     """Train from ``state.step`` to ``max_steps`` (or the time limit): log, evaluate, checkpoint."""
 
     def __init__(self, config, accelerator, model, optimizer, scheduler, data: TrainingData, phases,
-                 state: LoopState):
+                 state: LoopState, callbacks: CallbackHandler | None = None):
         self.config, self.accelerator, self.model = config, accelerator, model
+        self.callbacks = callbacks or CallbackHandler()
         self.optimizer, self.scheduler, self.data = optimizer, scheduler, data
         self.phases, self.state = phases, state
         world, seed = accelerator.num_processes, config.seed
@@ -259,6 +262,7 @@ class _Loop:
         limit = None if config.max_time_minutes is None else config.max_time_minutes * 60
         stop = "max_steps"
         self.model.train()
+        self.callbacks("on_train_begin", step=state.step, model=self.accelerator.unwrap_model(self.model))
         try:
             stop = self._train(bar, limit)
         finally:
@@ -282,6 +286,7 @@ class _Loop:
             state.window_seconds += stats["seconds"]
             state.window_data_seconds += stats["data_seconds"]
             bar.update(1)
+            self.callbacks("on_step_end", step=state.step, model=self.accelerator.unwrap_model(self.model))
             if state.step % config.logging_steps == 0:
                 bar.set_postfix(loss=f"{self.log_window():.3f}", data=f"{self.data_seconds:.3f}s")
             if state.step % config.eval_steps == 0:
@@ -397,6 +402,7 @@ class _Loop:
             "train_seconds": self.clock.total(),  # wall clock since the start, evaluations and checkpoints included
         }
         self.accelerator.log(values, step=state.step)
+        self.callbacks("on_log", step=state.step, logs=values)
         self.data_seconds = values["data_seconds"]
         state.window, state.window_seconds, state.window_data_seconds = dict.fromkeys(_STATS, 0.0), 0.0, 0.0
         return values["loss"]
@@ -405,6 +411,8 @@ class _Loop:
         """The held-out metrics at the current step (computed once per step)."""
         if self.last_evaluation[0] != self.state.step:
             self.last_evaluation = (self.state.step, self.evaluate())
+            self.callbacks("on_evaluate", step=self.state.step, metrics=self.last_evaluation[1],
+                           model=self.accelerator.unwrap_model(self.model))
         return self.last_evaluation[1]
 
     @torch.no_grad()
@@ -501,16 +509,22 @@ def _tracker_config(config: PretrainConfig, data: TrainingData) -> dict[str, Any
     return flat
 
 
-def pretrain(config: PretrainConfig) -> PretrainResult:
-    """The whole job; see the module docstring. Raises :class:`ConfigError` before any work for bad settings,
+def pretrain(config: PretrainConfig, *, callbacks: list[PretrainCallback] | None = None,
+             model_init=None) -> PretrainResult:
+    """The whole job; see the module docstring. ``callbacks``: :class:`~hfbert.pretrain.PretrainCallback` instances
+    told of the run's events (:mod:`~hfbert.pretrain.callbacks`); ``model_init(model_config)``: the model to train
+    instead of :class:`HfBertForPreTraining` (given the :class:`HfBertConfig` of the corpora's vocabulary, called
+    after the seed is set; it must take the batches and return the outputs the loop reads, as that class does).
+    Raises :class:`ConfigError` before any work for bad settings,
     :class:`TrainingDivergedError` when the loss stops being finite, :class:`~hfbert.pretrain.checkpointing.
     DiskFullError` when a checkpoint or the export does not fit on the disk."""
+    handler = CallbackHandler(callbacks or ())  # a wrong callback fails before any work
     phases = resolve_phases(config, prepared_lengths(config))  # one prepared folder trains at its own length
     accelerator = _make_accelerator(config)
     start = preflight(config, accelerator)  # fresh, or the checkpoint to resume: the same on every process
     _start_output_dir(config, accelerator, start)
     data = load_training_data(config, accelerator, [p.max_seq_length for p in phases])
-    model = _build_model(config, data)
+    model = _build_model(config, data, model_init)
     _record_settings(config, accelerator, start)
     optimizer, scheduler = _build_optimizer(config, model)
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -518,7 +532,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     accelerator.register_for_checkpointing(scheduler)
     state = _resume(start, config, accelerator, model, optimizer, scheduler) if start.resuming else LoopState()
     accelerator.init_trackers("hfbert-pretrain", config=_tracker_config(config, data))
-    loop = _Loop(config, accelerator, model, optimizer, scheduler, data, phases, state)
+    loop = _Loop(config, accelerator, model, optimizer, scheduler, data, phases, state, handler)
     try:
         stopped_by = loop.run()
         metrics = {**loop.evaluation(), "step": state.step, "stopped_by": stopped_by,
@@ -529,6 +543,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
             metrics["baselines_by_length"] = {str(k): v for k, v in data.stats["baselines_by_length"].items()}
         if state.step % config.eval_steps != 0:  # else the loop has just logged this evaluation
             accelerator.log({k: v for k, v in metrics.items() if k.startswith("eval_")}, step=state.step)
+        handler("on_train_end", step=state.step, metrics=metrics, model=accelerator.unwrap_model(model))
         result = PretrainResult(Path(config.output_dir), metrics)
         export = lambda: _export(config, accelerator.unwrap_model(model), data, metrics, phases)  # noqa: E731
         fill_mask = from_main(accelerator, export)  # every process stops with it on a full disk
