@@ -60,7 +60,7 @@ _TYPE_NAMES = {bool: "true or false", int: "an int", float: "a number", str: "a 
 
 
 def fits_type(hint: Any, value: Any) -> bool:
-    """``value`` is of the (simple) type ``hint``: a scalar, a ``Literal``, ``list[str]``, ``list[dict]`` or ``dict``."""
+    """``value`` is of the (simple) type ``hint``: a scalar, a ``Literal``, ``list[str]``, ``list[dict]``, ``dict``."""
     kind = typing.get_origin(hint) or hint
     if kind is typing.Literal:
         return value in typing.get_args(hint)

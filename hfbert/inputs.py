@@ -92,8 +92,9 @@ def names_files(items: Sequence) -> bool:
     """Whether a non-empty list names files rather than holding texts or documents.
 
     ``os.PathLike`` items always name files. Strings do when the first one is a file, or looks like a path, glob or
-    URL (a path separator, a text-file suffix, ``*?[`` or ``://``, and no white space), so a mistyped file name is reported missing
-    instead of being read as a text of one word. Anything else (sentences, lists of sentences) is content.
+    URL (a path separator, a text-file suffix, ``*?[`` or ``://``, and no white space), so a mistyped file name is
+    reported missing instead of being read as a text of one word. Anything else (sentences, lists of sentences) is
+    content.
     """
     if not isinstance(items, (list, tuple)) or not items:
         return False

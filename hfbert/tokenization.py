@@ -228,7 +228,7 @@ def load_vocab(path: str | os.PathLike[str]) -> dict[str, int]:
 
 
 def bert_tokenizer_from_vocab(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | dict[str, int],
     *,
     lowercase: bool = True,
     strip_accents: bool | None = None,
@@ -236,14 +236,15 @@ def bert_tokenizer_from_vocab(
     max_input_chars_per_word: int = GOOGLE_MAX_INPUT_CHARS_PER_WORD,
     model_max_length: int = 512,
 ) -> HfBertTokenizer:
-    """An :class:`HfBertTokenizer` over an existing ``vocab.txt`` (e.g. Google's), ids unchanged.
+    """An :class:`HfBertTokenizer` over an existing ``vocab.txt`` (e.g. Google's) or a token -> id mapping, ids
+    unchanged.
 
     ``strip_accents=None`` strips accents exactly when lower-casing, as the original BERT does.
     """
-    vocab = load_vocab(path)
+    vocab = dict(path) if isinstance(path, dict) else load_vocab(path)
     missing = [tok for tok in SPECIAL_TOKENS if tok not in vocab]
     if missing:
-        raise ValueError(f"{path} lacks the special tokens {missing}")
+        raise ValueError(f"{'the vocabulary' if isinstance(path, dict) else path} lacks the special tokens {missing}")
     return HfBertTokenizer(
         vocab=vocab,
         do_lower_case=lowercase,
@@ -488,14 +489,9 @@ def train_wordpiece(
     if len(learned) <= len(specials):
         raise ValueError("the corpus contains no characters that survive BERT's text cleaning")
     vocab = _fit_vocab_size(learned, vocab_size, len(specials), min_frequency)
-    return HfBertTokenizer(
-        vocab=vocab,
-        do_lower_case=lowercase,
-        strip_accents=strip_accents,
-        tokenize_chinese_chars=handle_chinese_chars,
-        max_input_chars_per_word=max_input_chars_per_word,
-        model_max_length=model_max_length,
-    )
+    return bert_tokenizer_from_vocab(vocab, lowercase=lowercase, strip_accents=strip_accents,
+                                     handle_chinese_chars=handle_chinese_chars, model_max_length=model_max_length,
+                                     max_input_chars_per_word=max_input_chars_per_word)
 
 
 # --------------------------------------------------------------------------------------------------------------

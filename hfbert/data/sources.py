@@ -32,7 +32,8 @@ from .documents import (
     read_people_daily,
 )
 
-__all__ = ["BUILTIN_CORPUS", "DocumentRows", "DocumentStream", "TextFiles", "boundary_pattern", "load_dataset_split", "resolve_input"]
+__all__ = ["BUILTIN_CORPUS", "DocumentRows", "DocumentStream", "TextFiles", "boundary_pattern", "load_dataset_split",
+           "resolve_input"]
 
 #: Jane Austen's six novels (public domain), one paragraph per line, "CHAPTER ..." lines between chapters.
 BUILTIN_CORPUS = Path(__file__).resolve().parents[1] / "corpora" / "en_austen_6novels.txt.gz"
