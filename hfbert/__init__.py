@@ -36,7 +36,7 @@ from .tokenization import HfBertTokenizer, bert_tokenizer_from_vocab, tokenize_d
 
 __version__ = "0.1.0"
 
-_AUTO_CLASSES = {
+AUTO_CLASSES = {
     AutoModel: HfBertModel,
     AutoModelForPreTraining: HfBertForPreTraining,
     AutoModelForMaskedLM: HfBertForMaskedLM,
@@ -48,17 +48,17 @@ _AUTO_CLASSES = {
 }
 
 
-def _register() -> None:
+def register_auto_classes() -> None:
     """Idempotent: registering twice (re-import, importlib.reload) changes nothing."""
     AutoConfig.register(HfBertConfig.model_type, HfBertConfig, exist_ok=True)
     HfBertConfig.register_for_auto_class()
     AutoTokenizer.register(HfBertConfig, tokenizer_class=HfBertTokenizer, exist_ok=True)
-    for auto_class, model_class in _AUTO_CLASSES.items():
+    for auto_class, model_class in AUTO_CLASSES.items():
         auto_class.register(HfBertConfig, model_class, exist_ok=True)
         model_class.register_for_auto_class(auto_class.__name__)
 
 
-_register()
+register_auto_classes()
 
 __all__ = [
     "HfBertConfig",

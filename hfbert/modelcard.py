@@ -32,7 +32,7 @@ __all__ = [
 TEMPLATE_DIR = Path(__file__).resolve().parent / "model_cards"
 
 # Hyper-parameters shown in the pretrained card, in this order.
-_CARD_SETTINGS = (
+CARD_SETTINGS = (
     "optimizer", "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm",
     "warmup_ratio", "warmup_steps", "batch_size", "gradient_accumulation_steps", "max_steps", "max_time_minutes",
     "masking", "masked_lm_prob", "max_predictions_per_seq", "short_seq_prob", "whole_word_mask", "mixed_precision",
@@ -132,7 +132,7 @@ def render_pretrained_card(*, config, model_config, stats: dict, metrics: dict, 
         num_parameters=_count_parameters(model_config),
         stats=stats,
         max_predictions_per_seq=config.max_predictions_per_seq,
-        hyperparameters={key: settings[key] for key in _CARD_SETTINGS if settings[key] is not None},
+        hyperparameters={key: settings[key] for key in CARD_SETTINGS if settings[key] is not None},
         phases=phases,
         metrics=metrics,
         curve=curve.name if curve else None,

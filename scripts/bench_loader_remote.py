@@ -107,7 +107,7 @@ def remote_rows(folder: str | Path, batches: Sequence, *, cache_blocks: int | No
         rest, _ = _read_all(cold, batches[1:], read)
         cold_seconds = first + rest
         fetched = sum(path.stat().st_size for path in Path(cache_dir, "ranges").rglob("*-*"))
-        requests = cold._remote.cache.misses
+        requests = cold.remote.cache.misses
         warm = opened(f"hf://datasets/{repo_id}", endpoint=hub_url, cache_dir=cache_dir)
         warm_seconds, _ = _read_all(warm, batches, read)
     return {"rows": rows, "local": rows / local_seconds, "hf_cold": rows / cold_seconds,

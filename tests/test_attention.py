@@ -41,7 +41,7 @@ PAIRS = {
     HfBertForTokenClassification: transformers.BertForTokenClassification,
     HfBertForQuestionAnswering: transformers.BertForQuestionAnswering,
 }
-AUTO = {model: auto for auto, model in hfbert._AUTO_CLASSES.items()}
+AUTO = {model: auto for auto, model in hfbert.AUTO_CLASSES.items()}
 
 
 def padded_batch(cls, seed=0):

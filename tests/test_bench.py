@@ -127,7 +127,7 @@ def test_batch_stream_gives_every_contender_the_same_sequence():
     seen_a = [stream.next("a")[1]["k"] for _ in range(3)]
     seen_b = [stream.next("b")[1]["k"] for _ in range(2)]
     assert seen_a == [0, 1, 2] and seen_b == [0, 1]
-    assert sorted(stream._drawn) == [2]  # batches both have had are dropped
+    assert stream.held == [2]  # batches both have had are dropped
     repeated = bench.BatchStream(lambda: {"k": next(counter)}, ["a"], repeated=True)
     assert [repeated.next("a")[1]["k"] for _ in range(3)] == [3, 3, 3]
 
@@ -208,7 +208,7 @@ def test_peak_memory_counts_the_largest_live_tensor():
 
     peak = bench.peak_memory(step, torch.device("cpu"))
     assert peak is not None and 8 * 2**20 <= peak < 16 * 2**20
-    assert bench._resident_bytes(torch.nn.Linear(4, 4)) == (16 + 4) * 4
+    assert bench.resident_bytes(torch.nn.Linear(4, 4)) == (16 + 4) * 4
 
 
 def test_alternate_adds_rounds_for_short_runs_and_pairs_the_ratio():

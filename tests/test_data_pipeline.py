@@ -146,7 +146,7 @@ def test_shuffled_table_is_arrow_take(monkeypatch):
     from hfbert.data import pipeline
     from hfbert.data.pipeline import shuffled_table
 
-    monkeypatch.setattr(pipeline, "_GATHER_ROWS", 7)  # several blocks, the last one partial
+    monkeypatch.setattr(pipeline, "GATHER_ROWS", 7)  # several blocks, the last one partial
 
     rng = np.random.default_rng(0)
 

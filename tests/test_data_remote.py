@@ -334,14 +334,14 @@ KILL_AFTER_CHECKPOINT = """
     import hfbert.pretrain.checkpointing as checkpointing
     from hfbert.pretrain import main
 
-    publish = checkpointing._publish
+    publish = checkpointing.publish
 
     def publish_then_die(scratch, final):
         publish(scratch, final)
         if final.name == sys.argv[2]:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    checkpointing._publish = publish_then_die
+    checkpointing.publish = publish_then_die
     sys.exit(main(["--config", sys.argv[1]]))
 """
 

@@ -16,7 +16,7 @@ import pytest
 
 from hfbert import cli
 from hfbert.arguments import CommandParser, UsageError, run_command
-from hfbert.modelcard import _CARD_SETTINGS, TEMPLATE_DIR, render_model_card, template_path
+from hfbert.modelcard import CARD_SETTINGS, TEMPLATE_DIR, render_model_card, template_path
 from hfbert.pretrain.config import PretrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def test_card_templates_ship_in_the_package():
     with pytest.raises(FileNotFoundError, match="packaged templates: finetuned.md, pretrained.md"):
         template_path("missing.md")
     # Every hyper-parameter the pretrained card lists is a setting of hfbert pretrain.
-    assert set(_CARD_SETTINGS) <= {f.name for f in dataclasses.fields(PretrainConfig)}
+    assert set(CARD_SETTINGS) <= {f.name for f in dataclasses.fields(PretrainConfig)}
 
 
 EXAMPLE_CARD = REPO / "model_cards" / "example_finetuned.md"

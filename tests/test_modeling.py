@@ -208,7 +208,7 @@ def test_save_load_and_auto_classes(cls, tmp_path):
     assert config.auto_map["AutoModelForPreTraining"] == "modeling_hfbert.HfBertForPreTraining"
     for sibling in ("modeling_hfbert.py", "configuration_hfbert.py", "unpadding_hfbert.py"):  # the remote code
         assert (tmp_path / sibling).exists(), sibling
-    auto = {v: k for k, v in hfbert._AUTO_CLASSES.items()}[cls]
+    auto = {v: k for k, v in hfbert.AUTO_CLASSES.items()}[cls]
     loaded = auto.from_pretrained(tmp_path).eval()
     assert type(loaded) is cls
     inputs, _ = make_inputs(cls)
@@ -612,7 +612,7 @@ def test_registration_is_idempotent():
     import importlib
 
     importlib.reload(hfbert)
-    hfbert._register()
+    hfbert.register_auto_classes()
     config = HfBertConfig(**TESTER)
     assert type(transformers.AutoModel.from_config(config)).__name__ == "HfBertModel"
 

@@ -147,14 +147,14 @@ KILL_AFTER_CHECKPOINT = """
     import hfbert.pretrain.checkpointing as checkpointing
     from hfbert.pretrain import main
 
-    publish = checkpointing._publish
+    publish = checkpointing.publish
 
     def publish_then_die(scratch, final):
         publish(scratch, final)
         if final.name == sys.argv[2]:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    checkpointing._publish = publish_then_die
+    checkpointing.publish = publish_then_die
     sys.exit(main(["--config", sys.argv[1]]))
 """
 
@@ -164,7 +164,7 @@ KILL_DURING_CHECKPOINT = """
     import hfbert.pretrain.checkpointing as checkpointing
     from hfbert.pretrain import main
 
-    flush = checkpointing._fsync_tree
+    flush = checkpointing.fsync_tree
 
     def die_half_written(folder):
         if folder.name == sys.argv[2] + ".tmp":
@@ -173,7 +173,7 @@ KILL_DURING_CHECKPOINT = """
             os.kill(os.getpid(), signal.SIGKILL)
         flush(folder)
 
-    checkpointing._fsync_tree = die_half_written
+    checkpointing.fsync_tree = die_half_written
     sys.exit(main(["--config", sys.argv[1]]))
 """
 
@@ -395,14 +395,14 @@ def test_unwritable_or_occupied_output_folder_fails_clearly(straight_run, prepar
 def test_failed_checkpoint_write_keeps_the_previous_checkpoint(prepared, tmp_path, monkeypatch):
     import hfbert.pretrain.checkpointing as checkpointing
 
-    flush = checkpointing._fsync_tree
+    flush = checkpointing.fsync_tree
 
     def disk_full_at_step_4(folder):
         if folder.name == "checkpoint-00000004.tmp":
             raise OSError(28, "No space left on device")
         flush(folder)
 
-    monkeypatch.setattr(checkpointing, "_fsync_tree", disk_full_at_step_4)
+    monkeypatch.setattr(checkpointing, "fsync_tree", disk_full_at_step_4)
     output_dir = tmp_path / "full"
     with pytest.raises(OSError, match=r"step 4 .*No space left on device.*checkpoint-00000002 and was not modified"):
         pretrain(PretrainConfig.from_dict(settings([prepared[64]], output_dir)))

@@ -2,7 +2,7 @@
 
 Checkpointing is driven first with a stand-in for accelerate (it writes and checks small files named as
 ``save_state`` names them), so every crash point runs in milliseconds; the crash is injected through
-``checkpointing._crash_hook``, not by timing. Then real tiny runs (hidden 32, 2 layers, the first chapters of the
+``checkpointing.crash_hook``, not by timing. Then real tiny runs (hidden 32, 2 layers, the first chapters of the
 shipped Austen corpus): a SIGKILL in the middle of pruning, and a run forced to diverge that recovers through the
 documented path.
 """
@@ -93,10 +93,10 @@ def crash_at(monkeypatch, point: str) -> list[str]:
     def hook(reached: str) -> None:
         passed.append(reached)
         if reached == point:
-            monkeypatch.setattr(checkpointing, "_crash_hook", lambda _: None)
+            monkeypatch.setattr(checkpointing, "crash_hook", lambda _: None)
             raise Crash(point)
 
-    monkeypatch.setattr(checkpointing, "_crash_hook", hook)
+    monkeypatch.setattr(checkpointing, "crash_hook", hook)
     return passed
 
 
@@ -380,7 +380,7 @@ KILL_WHILE_PRUNING = """
         if point == sys.argv[2] and os.path.isdir(os.path.join(sys.argv[3], "checkpoint-00000006")):
             os.kill(os.getpid(), signal.SIGKILL)
 
-    checkpointing._crash_hook = die
+    checkpointing.crash_hook = die
     sys.exit(main(["--config", sys.argv[1]]))
 """
 

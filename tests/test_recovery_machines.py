@@ -78,7 +78,7 @@ KILL_AFTER = """
         if point == "published" and os.path.isdir(sys.argv[2]):
             os.kill(os.getpid(), signal.SIGKILL)
 
-    checkpointing._crash_hook = die
+    checkpointing.crash_hook = die
     sys.exit(main(["--config", sys.argv[1]]))
 """
 

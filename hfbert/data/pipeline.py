@@ -54,7 +54,7 @@ from .sources import DocumentRows, DocumentStream, TextFiles, resolve_input
 __all__ = ["build_pretraining_dataset", "output_features", "pool_bounds"]
 
 _SHUFFLE_STREAM = 0x73687566
-_GATHER_ROWS = 1024  # rows per block in shuffled_table
+GATHER_ROWS = 1024  # rows per block in shuffled_table
 _MASK_STREAM = 0x6D61736B  # separates the pool's masking generator from the documents' NSP generators
 
 
@@ -296,7 +296,7 @@ def shuffled_table(table: pa.Table, order: np.ndarray) -> pa.Table:
     """``table.take(order)`` (one chunk per column), done with numpy gathers on the offsets and values.
 
     Why not Arrow's ``take``: on list columns its first call in a process is slow and varies from call to call,
-    and this step runs once per shard on all of its rows.  Here the values are gathered ``_GATHER_ROWS`` rows at
+    and this step runs once per shard on all of its rows.  Here the values are gathered ``GATHER_ROWS`` rows at
     a time: index arrays for all rows at once (8 bytes per token) would be fresh memory every time, and their
     page faults would cost more than the gather itself.  Columns with nulls or of other types go through
     ``take``.
@@ -312,8 +312,8 @@ def shuffled_table(table: pa.Table, order: np.ndarray) -> pa.Table:
             np.cumsum(lengths, out=new_offsets[1:])
             source = array.values.to_numpy()
             values = np.empty(int(new_offsets[-1]), dtype=source.dtype)
-            for lo in range(0, len(order), _GATHER_ROWS):  # small index arrays: reused memory, see below
-                hi = min(lo + _GATHER_ROWS, len(order))
+            for lo in range(0, len(order), GATHER_ROWS):  # small index arrays: reused memory, see below
+                hi = min(lo + GATHER_ROWS, len(order))
                 at = _concat_ranges(starts[lo:hi], lengths[lo:hi])
                 np.take(source, at, out=values[new_offsets[lo]:new_offsets[hi]])
             columns.append(pa.ListArray.from_arrays(pa.array(new_offsets), pa.array(values), type=array.type))

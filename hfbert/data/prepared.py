@@ -640,6 +640,11 @@ class PreparedCorpus:
     url: str | None = None
     _remote: RemoteShards | None = None
 
+    @property
+    def remote(self) -> RemoteShards | None:
+        """How a remote corpus's shards are read (its range cache counts what was fetched); None for a folder."""
+        return self._remote
+
     def _open_parquet(self, name: str) -> pq.ParquetFile:
         """Open shard file ``name`` (a path relative to the folder) for reading its footer and row groups."""
         if self._remote is not None:  # the footer now, each row group's bytes when it is read

@@ -31,7 +31,7 @@ What makes it crash-safe, whenever the process dies:
 A full disk stops the run with :class:`DiskFullError`: one line naming the folder, the space the checkpoint needs and
 the complete checkpoint that is left, on every process. Freeing space and ``--resume`` continues exactly.
 
-Every step of save-and-prune calls :func:`_crash_hook` with one of :data:`CRASH_POINTS`; it does nothing, and the
+Every step of save-and-prune calls :func:`crash_hook` with one of :data:`CRASH_POINTS`; it does nothing, and the
 tests replace it to kill the process exactly there.
 """
 
@@ -41,8 +41,11 @@ import contextlib
 import errno
 import json
 import os
+import pickle
 import re
 import shutil
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +70,7 @@ __all__ = [
     "remove_incomplete",
     "save_checkpoint",
     "seed_step",
+    "settle",
     "staged_folder",
 ]
 
@@ -95,7 +99,7 @@ _DROPOUT_STREAM = 0x64726F70  # separates the seeds of dropout from those of the
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
-def _crash_hook(point: str) -> None:
+def crash_hook(point: str) -> None:
     """Called at each of :data:`CRASH_POINTS`; does nothing (tests replace it to kill the process there)."""
 
 
@@ -115,6 +119,36 @@ def _processes(accelerator) -> int:
     return getattr(accelerator, "num_processes", 1)
 
 
+# Weak references to the tensors of the latest exchange. gloo's worker thread frees a finished collective's tensors
+# after the caller has moved on, and freeing a tensor that Python made needs the GIL: if the process group is torn
+# down at that moment (the run ends, or stops on an error), the teardown holds the GIL and waits for that thread,
+# which waits for the GIL -- the exit hangs. :func:`settle` waits, without the GIL, until they are freed.
+_in_flight: list[weakref.ref] = []
+
+
+def settle(timeout: float = 10.0) -> None:
+    """Wait until the process group's worker threads have freed the tensors of this module's last exchange (call
+    before the process group is torn down)."""
+    deadline = time.monotonic() + timeout
+    while any(ref() is not None for ref in _in_flight) and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def _send(accelerator, obj: Any, source: int) -> Any:
+    """``obj`` of process ``source`` on every process (pickled into two broadcasts)."""
+    device = accelerator.device
+    payload = pickle.dumps(obj) if accelerator.process_index == source else b""
+    size = torch.tensor([len(payload)], dtype=torch.long, device=device)
+    torch.distributed.broadcast(size, src=source)
+    if accelerator.process_index == source:
+        data = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)
+    else:
+        data = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+    torch.distributed.broadcast(data, src=source)
+    _in_flight[:] = [weakref.ref(size), weakref.ref(data)]
+    return obj if accelerator.process_index == source else pickle.loads(data.cpu().numpy().tobytes())
+
+
 def from_main(accelerator, compute: Callable[[], Any]) -> Any:
     """``compute()`` on the main process, and its result on every process; when it raises, every process raises
     that error. For what only the main process can know (its output folder), so that all processes take the same
@@ -125,11 +159,14 @@ def from_main(accelerator, compute: Callable[[], Any]) -> Any:
             result = compute()
         except Exception as err:  # sent to every process and raised there
             error = err
+            try:
+                pickle.loads(pickle.dumps(error))
+            except Exception:  # an exception class that does not survive pickling: its type and message do
+                error = RuntimeError(f"{type(err).__name__}: {err}")
     if _processes(accelerator) > 1:
-        from accelerate.utils import broadcast_object_list
-
-        result, error = broadcast_object_list([result, error])
+        result, error = _send(accelerator, (result, error), source=0)
     if error is not None:
+        settle()  # the run stops: the process group is torn down next
         raise error
     return result
 
@@ -206,7 +243,7 @@ def _remove_tree(path: Path) -> None:
     for index, file in enumerate(files):
         file.unlink()
         if index == 0:
-            _crash_hook("deleting")
+            crash_hook("deleting")
     shutil.rmtree(path, ignore_errors=True)  # the emptied folders
     if path.exists():
         shutil.rmtree(path)  # raise what stopped it
@@ -219,7 +256,7 @@ def _delete(path: Path) -> None:
         _remove_tree(doomed)
     path.rename(doomed)
     _fsync_dir(path.parent)
-    _crash_hook("marked_for_deletion")
+    crash_hook("marked_for_deletion")
     _remove_tree(doomed)
 
 
@@ -272,7 +309,7 @@ def remove_incomplete(output_dir: str | Path, keep_last: int | None = None) -> l
 # Writing
 
 
-def _fsync_tree(folder: Path) -> None:
+def fsync_tree(folder: Path) -> None:
     """Flush every file of ``folder`` and the folder itself, so the rename publishes data that is on disk."""
     for path in sorted(folder.rglob("*")):
         if path.is_file():
@@ -292,14 +329,14 @@ def _fsync_dir(folder: Path) -> None:
         os.close(descriptor)
 
 
-def _publish(scratch: Path, final: Path) -> None:
+def publish(scratch: Path, final: Path) -> None:
     """Rename the finished ``scratch`` folder to ``final`` (replacing an older copy of the same step)."""
     if final.exists():
         replaced = final.with_name(final.name + _REPLACED)
         if replaced.exists():
             _remove_tree(replaced)
         final.rename(replaced)
-        _crash_hook("moved_old_copy")
+        crash_hook("moved_old_copy")
         scratch.rename(final)
         _fsync_dir(final.parent)
         _remove_tree(replaced)
@@ -336,17 +373,17 @@ def save_checkpoint(accelerator, output_dir: str | Path, step: int, state: dict[
             raise failed
 
         def publish() -> None:
-            _crash_hook("saved_state")
+            crash_hook("saved_state")
             # Written last and listing every other file: a folder counts as a checkpoint only when all are there.
             record = {**state, "step": step, "files": _file_sizes(scratch)}
             (scratch / STATE_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
-            _crash_hook("wrote_state_file")
-            _fsync_tree(scratch)
-            _crash_hook("flushed")
-            _publish(scratch, final)
-            _crash_hook("published")
+            crash_hook("wrote_state_file")
+            fsync_tree(scratch)
+            crash_hook("flushed")
+            publish(scratch, final)
+            crash_hook("published")
             _prune(output_dir, keep_last)
-            _crash_hook("pruned")
+            crash_hook("pruned")
 
         from_main(accelerator, publish)
     except Exception as err:
@@ -362,9 +399,12 @@ def _first_of_all(accelerator, error: BaseException | None) -> BaseException | N
     """The first error (by process) of those the processes had, on every process."""
     if _processes(accelerator) == 1:
         return error
-    from accelerate.utils import gather_object
-
-    return next((e for e in gather_object([error]) if e is not None), None)
+    world = accelerator.num_processes
+    first = torch.tensor([accelerator.process_index if error is not None else world], device=accelerator.device)
+    torch.distributed.all_reduce(first, op=torch.distributed.ReduceOp.MIN)
+    _in_flight[:] = [weakref.ref(first)]
+    source = int(first.item())
+    return None if source == world else _send(accelerator, error, source)
 
 
 def folder_size(folder: str | Path) -> int:
@@ -440,14 +480,12 @@ def load_checkpoint(accelerator, path: str | Path, *, model=None, optimizer=None
 
 def _send_from_main(accelerator, model, optimizer, scheduler) -> None:
     """Give every process the main process's weights (in place), optimizer state and schedule."""
-    from accelerate.utils import broadcast_object_list
-
     for tensor in accelerator.unwrap_model(model).state_dict().values():
         torch.distributed.broadcast(tensor, src=0)
     scaler = getattr(accelerator, "scaler", None)
     parts = [optimizer, scheduler, scaler]
-    states = broadcast_object_list([part.state_dict() if part is not None and accelerator.is_main_process else None
-                                    for part in parts])
+    states = _send(accelerator, [part.state_dict() if part is not None and accelerator.is_main_process else None
+                                 for part in parts], source=0)
     if not accelerator.is_main_process:
         for part, part_state in zip(parts, states):
             if part is not None:
@@ -472,7 +510,7 @@ def staged_folder(folder: str | Path, last: str = "config.json") -> Iterator[Pat
     scratch.mkdir(parents=True)
     try:
         yield scratch
-        _fsync_tree(scratch)
+        fsync_tree(scratch)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise

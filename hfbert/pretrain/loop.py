@@ -50,7 +50,8 @@ from ..modelcard import write_pretrained_card
 from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
 from .callbacks import CallbackHandler, PretrainCallback
-from .checkpointing import DiskFullError, from_main, out_of_space, save_checkpoint, seed_step, staged_folder
+from .checkpointing import (DiskFullError, from_main, out_of_space, save_checkpoint, seed_step, settle,
+                            staged_folder)
 from .config import ConfigError, Phase, PretrainConfig, command_parser, native_mixed_precision, resolve_phases
 from .data import (PREPARED_DIR, BatchPlan, ReadAhead, TrainingData, check_sources, load_training_data,
                    prepared_lengths, training_batch)
@@ -550,6 +551,7 @@ def pretrain(config: PretrainConfig, *, callbacks: list[PretrainCallback] | None
         if accelerator.is_main_process:
             result.fill_mask = fill_mask
     finally:
+        settle()  # gloo lets go of the last exchange's tensors before its process group goes
         accelerator.end_training()
     if config.push_to_hub and accelerator.is_main_process:
         _push(config)

@@ -280,7 +280,7 @@ def peak_resident_bytes() -> int:
     return peak if platform.system() == "Darwin" else peak * 1024
 
 
-def _resident_bytes(*objects) -> int:
+def resident_bytes(*objects) -> int:
     """Bytes of the distinct tensor storages reachable from modules, optimizers and tensors (tied weights once)."""
     seen: dict[int, int] = {}
 
@@ -322,7 +322,7 @@ def peak_memory(step: Callable[[], object], device: torch.device, *resident) -> 
     for _, delta in records:
         live += delta
         peak = max(peak, live)
-    return _resident_bytes(*resident) + peak
+    return resident_bytes(*resident) + peak
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -364,6 +364,11 @@ class BatchStream:
             for old in [k for k in self._drawn if k < done]:
                 del self._drawn[old]
         return index, batch
+
+    @property
+    def held(self) -> list[int]:
+        """The numbers of the batches kept because some contender has not had them yet."""
+        return sorted(self._drawn)
 
 
 def digest(batch: dict) -> str:
