@@ -10,7 +10,7 @@ The modules read top-down as the paper draws them: embeddings -> self-attention 
 ``cls.seq_relationship``), so weights move to and from every BERT in the ecosystem without renaming.
 
 Shape legend: B batch, T sequence length, N heads, H head size, D hidden size (= N * H), V vocabulary, R real (not
-padding) tokens in a batch, M supervised (masked) positions in a batch.
+padding) tokens in a batch, R' packed rows (R rounded up to a few fixed sizes), M supervised (masked) positions.
 
 Attention goes through transformers' attention interface: ``attn_implementation="eager" | "sdpa" | "flex_attention" |
 "flash_attention_2" | "flash_attention_3"`` or a kernels-hub backend, chosen in ``from_pretrained`` / ``from_config``
@@ -28,7 +28,10 @@ Deliberate differences from ``transformers.BertModel`` (outputs and losses are o
   of per-item losses divided by it, else the mean over the batch. The MLM loss of a batch with no supervised
   position is 0 (transformers: NaN). NSP in :class:`HfBertForPreTraining` stays the mean over the batch's pairs.
 * Padding is skipped where nothing returned depends on it (``unpadding_hfbert.PackedRows``): the pretraining and
-  masked-LM heads with labels, and the sequence-level heads, run the encoder on the R real tokens only.
+  masked-LM heads with labels, and the sequence-level heads, run the encoder on the R real tokens only (rounded up
+  to one of a few row counts, so that a long run meets a small fixed set of shapes). The rows stay packed from the
+  embeddings to the last layer; FlashAttention takes them as they are, while the eager, sdpa and flex backends get
+  them back in the padded (B, N, T, H) layout for the attention product alone and pack its output again.
   ``config.padding_free = True`` (default False) does the same for the bare encoder and the per-token heads, whose
   outputs are then 0 at padding positions; by default they compute padding positions as transformers does.
   Asking for hidden states or attentions, or compiling the model, runs the padded computation.
@@ -149,10 +152,10 @@ class HfBertSelfAttention(nn.Module):
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
 
     def forward(self, hidden_states, attention_mask=None, packed: PackedRows | None = None, **kwargs):
-        """``hidden_states`` (B, T, D), or (R, D) when ``packed``. Returns the context in the same shape and the
+        """``hidden_states`` (B, T, D), or (R', D) when ``packed``. Returns the context in the same shape and the
         attention probabilities (B, N, T, T) where the backend computes them (eager), else None."""
         heads = (*hidden_states.shape[:-1], self.num_heads, self.head_size)
-        query = self.query(hidden_states).view(heads)  # (B, T, N, H) or (R, N, H)
+        query = self.query(hidden_states).view(heads)  # (B, T, N, H) or (R', N, H)
         key = self.key(hidden_states).view(heads)
         value = self.value(hidden_states).view(heads)
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
@@ -229,7 +232,8 @@ class HfBertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList([HfBertLayer(config) for _ in range(config.num_hidden_layers)])
 
-    def forward(self, hidden_states, attention_mask=None, packed: PackedRows | None = None, **kwargs) -> BaseModelOutput:
+    def forward(self, hidden_states, attention_mask=None, packed: PackedRows | None = None,
+                **kwargs) -> BaseModelOutput:
         # Each layer's output and its attention probabilities are recorded, when asked for, by the hooks of
         # transformers' ``capture_outputs`` on HfBertLayer and HfBertSelfAttention (``_can_record_outputs``).
         for layer in self.layer:
@@ -521,11 +525,11 @@ class HfBertModel(HfBertPreTrainedModel):
         packed = None
         if padding_free and not (output_attentions or output_hidden_states):  # those return every (B, T) position
             packed = PackedRows.from_mask(attention_mask)
-        hidden_states = embeddings if packed is None else packed.pack(embeddings)  # (B, T, D) or (R, D)
+        hidden_states = embeddings if packed is None else packed.pack(embeddings)  # (B, T, D) or (R', D)
         encoded = self.encoder(hidden_states, mask, packed, **kwargs)
         sequence_output = encoded.last_hidden_state
         if packed is not None:
-            sequence_output = packed.unpack(sequence_output)  # (R, D) -> (B, T, D)
+            sequence_output = packed.unpack(sequence_output, real_only=True)  # (R', D) -> (B, T, D)
         pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
         return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
 

@@ -6,6 +6,11 @@ to know where each row came from: FlashAttention takes the packed rows as they a
 ``cu_seqlens`` marking where each sequence starts); every other backend gets them back as (B, N, T, H) with zeros at
 the padding positions, which the padding mask hides, and returns its output packed again.
 
+The number of rows is rounded up to one of a few sizes (at most 1/8 more rows, :func:`bucket`) by adding padding
+positions as rows: their rows are computed like any padding position, hidden from attention as keys (for
+FlashAttention they form a sequence of their own), and never returned. Without that, every batch has a new row
+count, and every size the allocator and the kernels have seen stays in the process, which then grows with its steps.
+
 This file travels to the Hub as remote code with ``modeling_hfbert.py``: it imports only torch and transformers.
 """
 
@@ -19,16 +24,25 @@ import torch.nn.functional as F
 from transformers.utils.generic import is_flash_attention_requested
 
 
+def bucket(rows: int) -> int:
+    """``rows`` rounded up to a multiple of 64, or of 1/8 of its power of two when that is larger: eight sizes per
+    doubling, at most 1/8 extra."""
+    step = max(64, 1 << max(rows.bit_length() - 4, 0))
+    return -(-rows // step) * step
+
+
 @dataclass
 class PackedRows:
-    """Where the R real tokens of a (B, T) batch sit: ``indices`` (R,) into the flattened batch, ``cu_seqlens``
-    (B + 1,) the offsets of each sequence's first row, ``max_seqlen`` the longest sequence."""
+    """Where the rows of a (B, T) batch sit: ``indices`` (R',) into the flattened batch, the R real tokens first,
+    then R' - R padding positions that round the count up (:func:`bucket`); ``cu_seqlens`` (B + 2,) the offsets of
+    each sequence's first row and of the extra rows; ``max_seqlen`` the longest of them."""
 
     indices: torch.Tensor
     cu_seqlens: torch.Tensor
     max_seqlen: int
     batch: int
     length: int
+    real: int  # R
 
     @classmethod
     def from_mask(cls, attention_mask: torch.Tensor | None) -> PackedRows | None:
@@ -41,25 +55,34 @@ class PackedRows:
         if bool(real.all()) or not bool(real[:, 0].all()):
             return None
         lengths = real.sum(1, dtype=torch.int32)  # (B,)
+        flat = real.flatten()
+        count = int(lengths.sum())
+        extra = min(bucket(count), flat.numel()) - count
+        indices = torch.cat([flat.nonzero().squeeze(1), (~flat).nonzero().squeeze(1)[:extra]])  # (R',)
+        ends = torch.cat([lengths.cumsum(0, dtype=torch.int32), lengths.new_tensor([count + extra])])
         return cls(
-            indices=real.flatten().nonzero().squeeze(1),
-            cu_seqlens=F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0)),
-            max_seqlen=int(lengths.max()),
+            indices=indices,
+            cu_seqlens=F.pad(ends, (1, 0)),
+            max_seqlen=max(int(lengths.max()), extra),
             batch=real.shape[0],
             length=real.shape[1],
+            real=count,
         )
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, ...) -> (R, ...)."""
+        """(B, T, ...) -> (R', ...)."""
         return x.flatten(0, 1).index_select(0, self.indices)
 
-    def unpack(self, x: torch.Tensor) -> torch.Tensor:
-        """(R, ...) -> (B, T, ...), zeros at the padding positions."""
+    def unpack(self, x: torch.Tensor, real_only: bool = False) -> torch.Tensor:
+        """(R', ...) -> (B, T, ...); zeros at the padding positions (all of them with ``real_only``, else those that
+        are not rows)."""
+        indices = self.indices[: self.real] if real_only else self.indices
+        x = x[: self.real] if real_only else x
         padded = x.new_zeros(self.batch * self.length, *x.shape[1:])
-        return padded.index_copy(0, self.indices, x).view(self.batch, self.length, *x.shape[1:])
+        return padded.index_copy(0, indices, x).view(self.batch, self.length, *x.shape[1:])
 
     def attention(self, attention: Callable, module, query, key, value, attention_mask, **kwargs):
-        """``attention`` (a transformers attention function) over packed (R, N, H) rows -> context (R, N, H), and the
+        """``attention`` (a transformers attention function) over packed (R', N, H) rows -> context (R', N, H), and the
         attention probabilities if the backend returns them. ``attention_mask`` is the padded batch's mask."""
         if is_flash_attention_requested(module.config):
             query, key, value = (x.transpose(0, 1).unsqueeze(0) for x in (query, key, value))  # (1, N, R, H)
@@ -68,10 +91,10 @@ class PackedRows:
                 cu_seq_lens_q=self.cu_seqlens, cu_seq_lens_k=self.cu_seqlens,
                 max_length_q=self.max_seqlen, max_length_k=self.max_seqlen, **kwargs,
             )
-            return context.squeeze(0), probs  # (1, R, N, H) -> (R, N, H)
+            return context.squeeze(0), probs  # (1, R', N, H) -> (R', N, H)
         query, key, value = (self.unpack(x).transpose(1, 2) for x in (query, key, value))  # (B, N, T, H)
         context, probs = attention(module, query, key, value, attention_mask, **kwargs)  # (B, T, N, H)
         return self.pack(context), probs
 
 
-__all__ = ["PackedRows"]
+__all__ = ["PackedRows", "bucket"]

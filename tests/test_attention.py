@@ -206,3 +206,29 @@ def test_attentions_with_sdpa_say_they_need_eager(caplog):
     with torch.no_grad():
         probs = model(**inputs, output_attentions=True).attentions[0]
     assert probs.shape == (BATCH, TINY["num_attention_heads"], LENGTH, LENGTH)
+
+
+def test_packed_row_counts_come_in_a_few_sizes_and_the_extra_rows_change_nothing():
+    """The row count of a packed batch is rounded up to a few sizes (so that a run's memory does not grow with
+    every new count); the rounding rows are padding positions, which change no output and get no gradient."""
+    assert [unpadding_hfbert.bucket(n) for n in (1, 64, 65, 1000, 1025, 3000, 4096)] == [64, 64, 128, 1024, 1152,
+                                                                                          3072, 4096]
+    g = torch.Generator().manual_seed(0)
+    counts = set()
+    for _ in range(200):
+        lengths = torch.randint(1, 129, (32,), generator=g)
+        rows = unpadding_hfbert.PackedRows.from_mask((torch.arange(128) < lengths[:, None]).long())
+        assert rows.real == int(lengths.sum()) <= len(rows.indices) <= rows.real * 9 // 8 + 64
+        assert len(set(rows.indices.tolist())) == len(rows.indices)
+        counts.add(len(rows.indices))
+    assert len(counts) <= 12, sorted(counts)
+    model = HfBertForPreTraining(HfBertConfig(**TINY)).train()
+    inputs, labels = padded_batch(HfBertForPreTraining)
+    nsp = torch.tensor([0, 1, 0, 1])
+    packed = model(**inputs, labels=labels, next_sentence_label=nsp)
+    assert unpadding_hfbert.PackedRows.from_mask(inputs["attention_mask"]).real < BATCH * LENGTH
+    padded = model(**inputs, labels=labels, next_sentence_label=nsp, output_hidden_states=True)  # runs padded
+    torch.testing.assert_close(packed.loss, padded.loss, atol=1e-6, rtol=1e-5)
+    bare = HfBertModel(HfBertConfig(**TINY, padding_free=True))
+    out = bare(**inputs)
+    assert (out.last_hidden_state[inputs["attention_mask"] == 0] == 0).all()  # no rounding row is returned
