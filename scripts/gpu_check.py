@@ -11,6 +11,10 @@ kernel); ``sdpa_padded`` is hfbert computing every padding position, for attribu
 flex_attention takes none. Inference: the bare encoder in bf16 on batches of sentence-like lengths padded to their
 longest row, hfbert as configured and with ``padding_free=True``, against transformers.
 
+Before timing, two checks: the precision ``hfbert pretrain`` chooses by default on this machine (bf16 on a GPU that
+computes it natively), and the packed path on every backend: one fp32 pretraining step's loss and gradients with
+packed rows against the same step computed on every padding position.
+
 Model FLOPs count the work of the original model on the real tokens (encoder on every real token, the MLM head on
 the supervised positions, forward + backward = 3 x forward), the same figure for every row, so MFU ratios are speed
 ratios. The JSON holds every row's median step time, tokens/s, MFU, peak memory and loss.
@@ -35,6 +39,7 @@ import transformers
 
 from hfbert import HfBertConfig, HfBertForPreTraining, HfBertModel, unpadding_hfbert
 from hfbert.arguments import CommandParser, UsageError, run_command
+from hfbert.pretrain.config import PretrainConfig, native_mixed_precision
 
 PROG = "gpu_check"
 PAD, CLS, SEP, MASK, FIRST_WORD = 0, 101, 102, 103, 1000
@@ -141,6 +146,21 @@ def padded_encoder():
         yield
     finally:
         unpadding_hfbert.PackedRows.from_mask = original
+
+
+def packed_agreement(config: HfBertConfig, batch: dict, backend: str, device) -> dict:
+    """One fp32 step of hfbert on ``backend``, packed against computed on every padding position: the loss and the
+    largest gradient difference relative to the largest gradient."""
+    results = []
+    for padded in (False, True):
+        model = build("hfbert", config, backend, device).eval()  # no dropout: the two must compute the same
+        with padded_encoder() if padded else contextlib.nullcontext():
+            loss = model(**{k: v.to(device) for k, v in batch.items()}).loss
+        loss.backward()
+        results.append((loss.item(), torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])))
+    (packed_loss, packed_grad), (padded_loss, padded_grad) = results
+    return {"backend": backend, "packed_loss": packed_loss, "padded_loss": padded_loss,
+            "grad_max_rel_diff": float((packed_grad - padded_grad).abs().max() / padded_grad.abs().max())}
 
 
 def contenders(args, flash: bool) -> list[tuple[str, str, str]]:
@@ -256,6 +276,27 @@ def check(args: GpuCheckArguments) -> int:
         "flash_attn_installed": flash, "settings": {k: v for k, v in dataclasses.asdict(args).items()},
         "pretraining": [], "inference": [], "skipped": [],
     }
+    default_precision = PretrainConfig().mixed_precision
+    report["default_mixed_precision"] = {"chosen": default_precision, "why": native_mixed_precision()[1]}
+    print(f"hfbert pretrain's default precision here: {default_precision} ({native_mixed_precision()[1]})")
+    bf16_gpu = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+    if bf16_gpu and default_precision != "bf16":
+        report["skipped"].append(f"the default precision on this bf16 GPU is {default_precision}, not bf16")
+    report["packed_vs_padded"] = []
+    sample = pretraining_batches(1, 4, 64, config.vocab_size, seed=1)[0]
+    for row, length in ((1, 20), (2, 41)):  # rows of their own lengths, so that there is padding to skip
+        sample["attention_mask"][row, length:] = 0
+        sample["input_ids"][row, length:] = PAD
+        sample["labels"][row, length:] = -100
+    for backend in sorted({b for _, library, b in contenders(args, flash) if library == "hfbert"}):
+        try:
+            row = packed_agreement(config, sample, backend, device)
+        except (RuntimeError, ValueError, ImportError) as error:
+            report["skipped"].append(f"packed check {backend}: {type(error).__name__}: {error}"[:500])
+            continue
+        report["packed_vs_padded"].append(row)
+        print(f"packed vs padded {backend:20s} loss {row['packed_loss']:.6f} / {row['padded_loss']:.6f}  "
+              f"grad rel diff {row['grad_max_rel_diff']:.2e}", flush=True)
     for length in args.length_list:
         rows = max(1, args.batch_tokens // length) if not args.allow_cpu else 4
         batches = pretraining_batches(args.warmup + args.steps, rows, length, config.vocab_size, seed=length)

@@ -643,6 +643,10 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
     wanted = _names(args.contenders)
     models = {name: model for name, model in (("hfbert", hf), ("transformers", tf)) if name in wanted}
     if compiled:  # their own copies (same initial weights), so each optimizer moves only its contender's weights
+        # As `hfbert pretrain --torch_compile` does: counts read from the data (the supervised rows) are traced as
+        # symbols instead of breaking the graph, for both contenders.
+        torch._dynamo.config.capture_dynamic_output_shape_ops = True
+        torch._dynamo.config.capture_scalar_outputs = True
         for name, model in (("hfbert+compile", hf), ("transformers+compile", tf)):
             if name in wanted:
                 models[name] = torch.compile(copy.deepcopy(model))
