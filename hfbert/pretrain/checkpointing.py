@@ -372,7 +372,7 @@ def save_checkpoint(accelerator, output_dir: str | Path, step: int, state: dict[
         if failed is not None:
             raise failed
 
-        def publish() -> None:
+        def write_and_publish() -> None:
             crash_hook("saved_state")
             # Written last and listing every other file: a folder counts as a checkpoint only when all are there.
             record = {**state, "step": step, "files": _file_sizes(scratch)}
@@ -385,7 +385,7 @@ def save_checkpoint(accelerator, output_dir: str | Path, step: int, state: dict[
             _prune(output_dir, keep_last)
             crash_hook("pruned")
 
-        from_main(accelerator, publish)
+        from_main(accelerator, write_and_publish)
     except Exception as err:
         if not (isinstance(err, OSError) or out_of_space(err, scratch)):
             raise
