@@ -385,3 +385,15 @@ def test_sigkill_while_reading_hf_then_resume_gives_the_weights_of_the_local_run
     cached = (tmp_path / "home" / "hfbert" / "shards" / "ranges")
     assert any(cached.rglob("*-*"))  # the machine's cache, shared by the killed run and the resumed one
     assert not any(path.endswith(".parquet") and status == 200 for _, path, status in hub.requests[before:])
+
+
+def test_hfbert_pretrain_stops_with_one_line_when_the_hub_keeps_failing(hub, tmp_path):
+    hub.fault = Fault("500")
+    env = hub.client_env(tmp_path / "home") | {"TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-m", "hfbert.pretrain", "--prepared", f"hf://datasets/{REPO_ID}",
+                           "--max_seq_length", "64", "--hub_timeout", "2", "--output_dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("hfbert pretrain: error: cannot read data/") and f"hf://datasets/{REPO_ID}@" in last
+    assert "HTTP 500" in last and "Traceback" not in done.stderr

@@ -92,9 +92,10 @@ def default_cache_dir() -> Path:
 # Bounded, retried reads
 
 
-def _attempt(call: Callable[[], bytes], seconds: float) -> bytes:
+def _attempt(call: Callable[[], Any], seconds: float) -> Any:
     """``call()`` in a daemon thread, given up after ``seconds``: a read that never returns (a silent endpoint, a
-    filesystem that hangs) cannot hold the caller beyond its limit.  A given-up thread ends with its own timeout."""
+    filesystem that hangs) cannot hold the caller beyond its limit.  A given-up thread is left to end by itself
+    (the HTTP client's own timeout ends it on the Hub); as a daemon it never holds the process at exit."""
     box: dict[str, Any] = {}
     done = threading.Event()
 
@@ -148,7 +149,7 @@ def read_with_retries(fetch: Callable[[], Any], size: int | None, timeout: float
         left = deadline - time.monotonic()
         if left <= pause:
             raise ShardReadError(f"cannot read {what}: {problem} ({attempts} attempt(s) in {timeout:g} s; raise "
-                                 "--hub_timeout for a slow link)")
+                                 "the time limit, --hub_timeout, for a slow link)")
         time.sleep(pause)
         pause = min(pause * 2, _LAST_PAUSE)
 
