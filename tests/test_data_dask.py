@@ -132,7 +132,7 @@ def test_a_worker_keeps_its_first_builder_for_the_same_settings(austen, en_tok, 
     again = pickle.loads(pickle.dumps(first))  # the copy the next task brings
     assert warm_builder(again) is again  # in this process: the caller's builder, as it is
     monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())  # as in a worker process
-    monkeypatch.setattr(shards, "_WARM_BUILDER", {})
+    monkeypatch.setattr(shards, "WARM_BUILDER", {})
     assert warm_builder(again) is again
     assert warm_builder(pickle.loads(pickle.dumps(first))) is again
     assert warm_builder(first) is again  # the client's own copy has the same settings

@@ -115,7 +115,7 @@ def _split_pools(documents: Iterable, task: ShardTask) -> Iterator[tuple[str, in
 
 
 # The builder a worker process keeps between its tasks, by the digest of its settings.
-_WARM_BUILDER: dict[bytes, PoolBuilder] = {}
+WARM_BUILDER: dict[bytes, PoolBuilder] = {}
 
 
 def warm_builder(builder: PoolBuilder) -> PoolBuilder:
@@ -128,10 +128,10 @@ def warm_builder(builder: PoolBuilder) -> PoolBuilder:
     if multiprocessing.parent_process() is None:  # this process: the caller's builder is warm already
         return builder
     key = hashlib.blake2b(pickle.dumps(builder, protocol=pickle.HIGHEST_PROTOCOL), digest_size=16).digest()
-    if key not in _WARM_BUILDER:
-        _WARM_BUILDER.clear()  # another build's settings: keep one builder, not one per build
-        _WARM_BUILDER[key] = builder
-    return _WARM_BUILDER[key]
+    if key not in WARM_BUILDER:
+        WARM_BUILDER.clear()  # another build's settings: keep one builder, not one per build
+        WARM_BUILDER[key] = builder
+    return WARM_BUILDER[key]
 
 
 def build_shard(task: ShardTask) -> dict:
