@@ -227,7 +227,7 @@ def test_at_most_max_open_files_shards_stay_open(static_folder, tmp_path, monkey
     before = _open_descriptors()
     order = np.random.default_rng(1).permutation(corpus.num_rows("train"))
     rows = [row for start in range(0, len(order), 64) for row in corpus.rows("train", order[start:start + 64])]
-    assert len(corpus._files) <= 8 and _open_descriptors() - before <= 8
+    assert corpus.open_files <= 8 and _open_descriptors() - before <= 8
     assert rows == PreparedCorpus.open(static_folder).rows("train", order)  # the same rows as the 3-shard folder
     corpus.close()
     assert _open_descriptors() <= before

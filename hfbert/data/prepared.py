@@ -573,6 +573,11 @@ class PreparedCorpus:
             while len(self._blocks) > self.cached_blocks:
                 self._blocks.popitem(last=False)
 
+    @property
+    def open_files(self) -> int:
+        """How many shard files are open now (at most :attr:`MAX_OPEN_FILES`)."""
+        return len(self._files)
+
     def close(self) -> None:
         """Close the open shard files and drop the decoded row groups (reading again reopens them)."""
         with self._lock:
