@@ -631,3 +631,20 @@ def test_a_datasets_dataset_is_an_input_too(tmp_path, capsys):
     output_dir = tmp_path / "run"
     assert main(["--dataset", str(tmp_path / "ds"), "--text_column", "body", "--output_dir", str(output_dir)]) == 2
     assert "text_column 'body' is not a column of" in capsys.readouterr().err
+
+
+def test_the_readmes_scale_example_trains_one_folder_at_its_length(prepared, tmp_path):
+    """`hfbert pretrain --prepared prepared-128 --preset base --max_steps 100000 --output_dir out/bert` as the README
+    writes it (on a folder of length 64, the steps and the model made small by options added after it): no
+    --max_seq_length or --phases, so the run trains at the folder's own length."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "hfbert pretrain --prepared prepared-128 --preset base --max_steps 100000 --output_dir out/bert" in readme
+    args = ["--prepared", str(prepared[64]), "--preset", "base", "--max_steps", "100000", "--output_dir",
+            str(tmp_path / "bert")]
+    small = ["--max_steps", "2", "--model", json.dumps({**TINY_MODEL, "hidden_dropout_prob": 0.0}),
+             "--batch_size", "4", "--eval_steps", "2", "--save_steps", "2", "--max_eval_examples", "8",
+             "--progress_bar", "false", "--report_to", "jsonl", "--mixed_precision", "no"]
+    assert main(args + small) == 0
+    logged = [r for r in read_jsonl(tmp_path / "bert" / "runs" / "metrics.jsonl") if "loss" in r]
+    assert logged and {r["max_seq_length"] for r in logged} == {64}
+    assert {"data_seconds", "step_seconds"} <= set(logged[-1])
