@@ -208,8 +208,7 @@ def shuffle_quality(folder: Path, batch_size: int, batches: int = 200) -> dict:
     corpus = PreparedCorpus.open(folder)
     sizes = corpus.blocks("train")
     starts = np.cumsum(sizes) - sizes
-    groups_per_shard = [len(corpus._group_ends("train", s)) for s in range(len(corpus.manifest["splits"]["train"]
-                                                                             ["shards"]))]
+    groups_per_shard = [shard["row_groups"] for shard in corpus.manifest["splits"]["train"]["shards"]]
     shard_of_block = np.repeat(np.arange(len(groups_per_shard)), groups_per_shard)
     plan = BatchPlan(sizes, batch_size, 1, 42, 0)
     rng = np.random.default_rng(0)
