@@ -6,6 +6,8 @@ flex_attention compiles on CPU (slow first call, again for every new shape), so 
 config and one input shape (BATCH x LENGTH), and the outputs are computed once per module.
 """
 
+import warnings
+
 import pytest
 import torch
 import transformers
@@ -107,15 +109,30 @@ def test_backends_agree_with_each_other_and_with_transformers(cls, backend_outpu
     reference = compared(cls, backend_outputs[cls, "eager"][0], mask)
     for backend in BACKENDS:
         ours, theirs, supervised = backend_outputs[cls, backend]
+        atol = 1e-5
+        error = kernel_error(backend_outputs, backend)
+        if not error <= atol:
+            # torch's CPU flex attention gives transformers' own BertModel wrong or NaN outputs on some CPUs
+            # (AVX2-only ones among them), differently from call to call: nothing to compare hfbert with there.
+            warnings.warn(f"{backend} is inexact on this machine for transformers' BertModel too "
+                          f"(max error {error:.1e}); not compared", stacklevel=1)
+            continue
         for name, value in compared(cls, ours, mask).items():
-            torch.testing.assert_close(value, reference[name], atol=1e-5, rtol=1e-5, msg=f"{backend} {name}")
-            torch.testing.assert_close(value, compared(cls, theirs, mask)[name], atol=1e-5, rtol=1e-5,
+            torch.testing.assert_close(value, reference[name], atol=atol, rtol=1e-5, msg=f"{backend} {name}")
+            torch.testing.assert_close(value, compared(cls, theirs, mask)[name], atol=atol, rtol=1e-5,
                                        msg=f"{backend} {name} vs transformers")
         if supervised is not None:  # MLM logits at the supervised rows, from the packed encoder
             logits = supervised.prediction_logits if cls is HfBertForPreTraining else supervised.logits
             full = theirs.prediction_logits if cls is HfBertForPreTraining else theirs.logits
             labels = padded_batch(cls)[1]
-            torch.testing.assert_close(logits, full[labels != -100], atol=1e-5, rtol=1e-5, msg=backend)
+            torch.testing.assert_close(logits, full[labels != -100], atol=atol, rtol=1e-5, msg=backend)
+
+
+def kernel_error(backend_outputs, backend: str) -> float:
+    """How far transformers' own BertModel under ``backend`` is from its eager attention on this machine."""
+    mask = padded_batch(HfBertModel)[0]["attention_mask"].bool()
+    theirs = backend_outputs[HfBertModel, backend][1].last_hidden_state[mask]
+    return (theirs - backend_outputs[HfBertModel, "eager"][1].last_hidden_state[mask]).abs().max().item()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
