@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import uuid
 
 import fsspec
 import pytest
@@ -124,15 +125,16 @@ def test_prepare_builder_and_tokenizer_read_a_source_alike(corpus_dir):
     assert isinstance(resolve_input([["a b", "c d"], ["e f"]]), DocumentRows)
     assert isinstance(resolve_input(Dataset.from_dict({"text": ["x"]}), streaming=True), DocumentStream)
     # An fsspec URL with a glob, gzip-compressed, reads in tokenizer training as in preparation.
-    with fsspec.open("memory://corpus/a.txt.gz", "wb") as handle:
+    root = f"memory://source-{uuid.uuid4().hex}"  # the memory filesystem is one per process, shared by every test
+    with fsspec.open(f"{root}/a.txt.gz", "wb") as handle:
         handle.write(gzip.compress("\n".join(SENTENCES).encode()))
-    url = "memory://corpus/*.txt.gz"
+    url = f"{root}/*.txt.gz"
     (path,) = resolve_input(url).paths
-    assert path.startswith("memory://") and path.endswith("corpus/a.txt.gz")
+    assert path.startswith("memory://") and path.endswith("/a.txt.gz")
     from_url = train_wordpiece([url], 70, min_frequency=1)
     assert len(from_url) == 70 and "[UNK]" not in from_url.tokenize(SENTENCES[0])
-    with pytest.raises(FileNotFoundError, match="no file matches memory://corpus/\\*.txt"):
-        train_wordpiece(["memory://corpus/*.txt"], 70)
+    with pytest.raises(FileNotFoundError, match=f"no file matches {root}/\\*.txt"):
+        train_wordpiece([f"{root}/*.txt"], 70)
 
 
 def test_the_in_memory_builder_streams_any_source(en_tok, corpus_dir):
