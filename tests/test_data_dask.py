@@ -14,7 +14,6 @@ from pathlib import Path
 import distributed  # the optional extra hfbert[distributed]; the test extra installs it
 import pytest
 from datasets.utils.logging import disable_progress_bar
-from transformers import BertTokenizerFast
 
 from hfbert.data import prepare_corpus, prepared, shards
 from hfbert.data.engines import run_tasks
@@ -30,11 +29,6 @@ SETTINGS = dict(input_layout="paragraphs", document_boundary="chapter", num_shar
 
 def folder_bytes(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-@pytest.fixture(scope="module")
-def en_tok(minilm_path):
-    return BertTokenizerFast.from_pretrained(minilm_path)
 
 
 @pytest.fixture(scope="module")

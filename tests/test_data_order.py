@@ -17,7 +17,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-from transformers import BertTokenizerFast
 
 from hfbert.data import DataCollatorForBertPretraining, PreparedCorpus, prepare_corpus
 from hfbert.data.prepared import MANIFEST
@@ -25,11 +24,6 @@ from hfbert.data.shards import parquet_bytes, shard_file
 from hfbert.pretrain.data import BatchPlan, ReadAhead, training_batch
 
 AUSTEN_LINES = 1200
-
-
-@pytest.fixture(scope="module")
-def en_tok(minilm_path):
-    return BertTokenizerFast.from_pretrained(minilm_path)
 
 
 @pytest.fixture(scope="module")

@@ -27,11 +27,6 @@ AUSTEN_LINES = 2500  # Emma's first ~20 chapters: ~230k tokens, enough for the t
 
 
 @pytest.fixture(scope="module")
-def en_tok(minilm_path):
-    return BertTokenizerFast.from_pretrained(minilm_path)
-
-
-@pytest.fixture(scope="module")
 def zh_tok():
     import importlib.util
 

@@ -14,7 +14,6 @@ import pytest
 from datasets import load_dataset
 from datasets.utils.logging import disable_progress_bar
 from hub_server import HubServer, allow_hub_calls, hub_server  # noqa: F401
-from transformers import BertTokenizerFast
 
 from hfbert.data import CHAPTER_HEADING, PreparedCorpus, PreparedDataError, prepare_corpus, push_prepared
 from hfbert.data.cli import main as prepare_main
@@ -23,11 +22,6 @@ from hfbert.data.shards import held_out
 
 disable_progress_bar()
 AUSTEN_LINES = 1500
-
-
-@pytest.fixture(scope="module")
-def en_tok(minilm_path):
-    return BertTokenizerFast.from_pretrained(minilm_path)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import uuid
 import fsspec
 import pytest
 from datasets import Dataset, IterableDataset
-from transformers import BertTokenizerFast
 
 from hfbert import train_wordpiece
 from hfbert.arguments import CommandParser, UsageError
@@ -21,11 +20,6 @@ from hfbert.inputs import Files, Rows, Stream, names_files, text_source
 from hfbert.pretrain.config import PretrainConfig, command_parser
 
 SENTENCES = [f"Sentence number {i} of document {d} says something." for d in range(12) for i in range(6)]
-
-
-@pytest.fixture(scope="module")
-def en_tok(minilm_path):
-    return BertTokenizerFast.from_pretrained(minilm_path)
 
 
 @pytest.fixture
