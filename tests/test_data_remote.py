@@ -32,6 +32,7 @@ from hfbert.data.prepared import push_prepared
 from hfbert.data.remote import RangeCache, ShardReadError, parse_size
 from hfbert.data.sources import BUILTIN_CORPUS
 from hub_server import Fault, HubServer, allow_hub_calls, hub_server  # noqa: F401
+from test_pretrain import KILL_AFTER_CHECKPOINT  # the run that dies once a given checkpoint is published
 
 REPO_ID = "user/austen-64"
 TINY_MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37}
@@ -327,23 +328,6 @@ def test_a_missing_hub_repo_or_revision_is_named(hub, tmp_path):
 # SIGKILL during a run that reads hf://, then resume: the weights of the same run from the local folder
 
 STEPS = 8
-
-KILL_AFTER_CHECKPOINT = """
-    import os, signal, sys, torch
-    torch.set_num_threads(1)
-    import hfbert.pretrain.checkpointing as checkpointing
-    from hfbert.pretrain import main
-
-    publish = checkpointing.publish
-
-    def publish_then_die(scratch, final):
-        publish(scratch, final)
-        if final.name == sys.argv[2]:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    checkpointing.publish = publish_then_die
-    sys.exit(main(["--config", sys.argv[1]]))
-"""
 
 
 def run_settings(prepared: str, output_dir: Path, **overrides) -> dict:
