@@ -167,12 +167,21 @@ STREAMING_SCRIPT = textwrap.dedent("""
 """)
 
 
+def _torch_version() -> str:
+    from importlib.metadata import version
+
+    return version("torch").split("+")[0]
+
+
 def streaming_venv(work: Path) -> Path:
     venv = work / "streaming-venv"
     python = venv / "bin" / "python"
     if not python.is_file():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", STREAMING, "pyarrow"], check=True)
+        # torch pinned in the same command to this environment's build: left to pip, Streaming's requirements
+        # pull the newest torch (a multi-GB CUDA build).
+        subprocess.run([str(python), "-m", "pip", "install", "-q", STREAMING, "pyarrow", f"torch=={_torch_version()}"],
+                       check=True)
     return python
 
 

@@ -200,7 +200,8 @@ def test_training_batches_are_read_ahead_in_order_and_depend_only_on_their_step(
             assert counts["tokens"] == int(batch["attention_mask"].sum())
     finally:
         ahead.close()
-    assert made[:3] == [0, 1, 2] and sorted(set(made)) == list(range(8))
+    # Steps 6 and 7 were only queued: closing may cancel them before they start.
+    assert made[:3] == [0, 1, 2] and set(range(6)) <= set(made) <= set(range(8))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -93,9 +93,9 @@ def write_config(path: Path, values: dict) -> Path:
 
 
 def logged_steps(output_dir: Path) -> list[dict]:
-    """Every logged line except the wall-clock figures, which no two runs share."""
+    """Every logged line except the wall-clock figures and what the reader holds, which no two runs share."""
     records = read_jsonl(output_dir / "runs" / "metrics.jsonl")
-    clock = ("tokens_per_second", "train_seconds", "step_seconds", "data_seconds")
+    clock = ("tokens_per_second", "train_seconds", "step_seconds", "data_seconds", "reader_mib", "open_files")
     return [{k: v for k, v in r.items() if k not in clock} for r in records if "step" in r]
 
 
@@ -648,3 +648,4 @@ def test_the_readmes_scale_example_trains_one_folder_at_its_length(prepared, tmp
     logged = [r for r in read_jsonl(tmp_path / "bert" / "runs" / "metrics.jsonl") if "loss" in r]
     assert logged and {r["max_seq_length"] for r in logged} == {64}
     assert {"data_seconds", "step_seconds"} <= set(logged[-1])
+    assert 0 < logged[-1]["reader_mib"] < 64 and 1 <= logged[-1]["open_files"] <= PreparedCorpus.MAX_OPEN_FILES

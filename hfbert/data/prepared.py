@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from transformers import AutoTokenizer
 
+from .blocks import BlockSlots
 from .documents import CorpusError, read_document_range
 from .engines import run_tasks
 from ..hub import push_to_hub, resolve_timeout
@@ -402,8 +403,10 @@ class PreparedCorpus:
                          for split, info in manifest["splits"].items()}
         self._files: OrderedDict[tuple[str, int], pq.ParquetFile] = OrderedDict()
         self._ends: dict[tuple[str, int], np.ndarray] = {}
-        self._blocks: OrderedDict[tuple[str, int, int], _Block] = OrderedDict()
-        self.cached_blocks = self.CACHED_GROUPS
+        self._blocks = BlockSlots(settings_schema(manifest["settings"]), self.CACHED_GROUPS)
+        # Every row group but a shard's last holds ``row_group_size`` rows: a row's group is arithmetic.
+        self._group_size = manifest["settings"].get("row_group_size") if all(
+            "row_groups" in shard for info in manifest["splits"].values() for shard in info["shards"]) else None
         self._lock = threading.RLock()  # the training loop reads ahead in a thread
 
     @classmethod
@@ -509,54 +512,33 @@ class PreparedCorpus:
 
     def read(self, split: str, indices) -> pa.Table:
         """:meth:`rows` as an Arrow table (no conversion to Python objects)."""
-        split = self._split(split)
-        indices = self._check_indices(split, indices)
-        pieces, order = [], []
-        for block, members, local in self._by_block(split, indices):
-            pieces.append(block.table.take(pa.array(local)))
-            order.append(members)
-        if not pieces:
-            return settings_schema(self.settings).empty_table()
-        table = pa.concat_tables(pieces)
-        return table.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
+        arrays = self.read_arrays(split, indices)
+        schema = settings_schema(self.settings)
+        columns = []
+        for field in schema:
+            if not pa.types.is_list(field.type):
+                columns.append(pa.array(arrays[field.name], type=field.type))
+                continue
+            lengths = arrays[f"{field.name}_length"]
+            values = arrays[field.name][np.arange(arrays[field.name].shape[1]) < lengths[:, None]]
+            offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))), type=pa.int32())
+            columns.append(pa.ListArray.from_arrays(offsets, pa.array(values, type=field.type.value_type),
+                                                    type=field.type))
+        return pa.Table.from_arrays(columns, schema=schema)
 
     def read_arrays(self, split: str, indices, pad_values: dict[str, int] | None = None) -> dict[str, np.ndarray]:
         """The rows at ``indices`` as numpy arrays, gathered without Python objects: a list column ``name`` becomes
         a ``(rows, longest)`` array padded with ``pad_values.get(name, 0)`` and its lengths ``name + "_length"``;
-        a scalar column a ``(rows,)`` array.  What the training loop collates."""
+        a scalar column a ``(rows,)`` array.  What the training loop collates.
+
+        The row groups the rows lie in are decoded into the corpus's block slots (:mod:`hfbert.data.blocks`; the
+        least recently used make room) and every column is gathered from them in one pass."""
         split = self._split(split)
         indices = self._check_indices(split, indices)
-        pad_values = pad_values or {}
-        parts = list(self._by_block(split, indices))
-        schema = settings_schema(self.settings)
-        arrays: dict[str, np.ndarray] = {}
-        for field in schema:
-            name = field.name
-            if not pa.types.is_list(field.type):
-                dtype = field.type.to_pandas_dtype()
-                out = np.empty(len(indices), dtype=dtype)
-                for block, members, local in parts:
-                    out[members] = block.values[name][local]
-                arrays[name] = out
-                continue
-            dtype = field.type.value_type.to_pandas_dtype()
-            starts = np.empty(len(indices), dtype=np.int64)
-            lengths = np.empty(len(indices), dtype=np.int64)
-            for block, members, local in parts:
-                offsets = block.offsets[name]
-                starts[members] = offsets[local]
-                lengths[members] = offsets[local + 1] - offsets[local]
-            width = int(lengths.max()) if len(indices) else 0
-            out = np.full((len(indices), width), pad_values.get(name, 0), dtype=dtype)
-            for block, members, local in parts:
-                counts = lengths[members]
-                total = int(counts.sum())
-                # The (row, column) of each token of these rows, and where it lies in the block's flat values.
-                row_of = np.repeat(members, counts)
-                column = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-                out[row_of, column] = block.values[name][np.repeat(starts[members], counts) + column]
-            arrays[name], arrays[f"{name}_length"] = out, lengths
-        return arrays
+        with self._lock:
+            keys, block_of_row, local = self._locate(split, indices)
+            slots = self._blocks.slots(keys, self._decode)
+            return self._blocks.gather(slots[block_of_row], local, pad_values or {})
 
     def blocks(self, split: str = "train") -> np.ndarray:
         """Rows per block (Parquet row group) of ``split``, shard after shard, in row order: block ``i`` holds the
@@ -569,9 +551,17 @@ class PreparedCorpus:
     def set_cache(self, blocks: int) -> None:
         """Keep up to ``blocks`` decoded row groups (least recently used dropped first); at least 1."""
         with self._lock:
-            self.cached_blocks = max(1, int(blocks))
-            while len(self._blocks) > self.cached_blocks:
-                self._blocks.popitem(last=False)
+            self._blocks.resize(blocks)
+
+    @property
+    def cached_blocks(self) -> int:
+        """How many decoded row groups are kept (see :meth:`set_cache`)."""
+        return self._blocks.capacity
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes the decoded row groups hold now: bounded by :attr:`cached_blocks`, whatever the corpus's size."""
+        return self._blocks.nbytes
 
     @property
     def open_files(self) -> int:
@@ -611,19 +601,24 @@ class PreparedCorpus:
             raise IndexError(f"row {bad} is outside the {split} split of {self.path} ({total} rows)")
         return indices
 
-    def _by_block(self, split: str, indices: np.ndarray):
-        """(decoded block, positions in ``indices``, rows in the block) for every block the indices touch."""
+    def _locate(self, split: str, indices: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
+        """The distinct blocks ``(split, shard, row group)`` that ``indices`` lie in, which of them each index
+        lies in, and its row within that block."""
         offsets = self._offsets[split]
         shard_of = np.searchsorted(offsets, indices, side="right") - 1
         local = indices - offsets[shard_of]
-        for shard in np.unique(shard_of).tolist():
-            in_shard = np.flatnonzero(shard_of == shard)
-            ends = self._group_ends(split, shard)
-            group_of = np.searchsorted(ends, local[in_shard], side="right")
-            for group in np.unique(group_of).tolist():
-                members = in_shard[group_of == group]
-                start = ends[group - 1] if group else 0
-                yield self._block(split, shard, group), members, local[members] - start
+        if self._group_size:
+            group_of, local = np.divmod(local, self._group_size)
+        else:  # from each shard's footer
+            group_of = np.empty_like(local)
+            for shard in np.unique(shard_of).tolist():
+                in_shard = shard_of == shard
+                ends = self._group_ends(split, shard)
+                group_of[in_shard] = np.searchsorted(ends, local[in_shard], side="right")
+                local[in_shard] -= np.concatenate(([0], ends[:-1]))[group_of[in_shard]]
+        blocks, block_of_row = np.unique(shard_of * (1 << 32) + group_of, return_inverse=True)
+        keys = [(split, block >> 32, block & 0xFFFFFFFF) for block in blocks.tolist()]
+        return keys, block_of_row.reshape(-1), local
 
     def _group_ends(self, split: str, shard: int) -> np.ndarray:
         """The cumulative rows of a shard's row groups: from the manifest (every group but the last holds the
@@ -676,45 +671,15 @@ class PreparedCorpus:
                 oldest.close(force=True)
             return file
 
-    def _block(self, split: str, shard: int, group: int) -> _Block:
-        key = (split, shard, group)
-        with self._lock:
-            if key in self._blocks:
-                self._blocks.move_to_end(key)
-                return self._blocks[key]
-            file = self._file(split, shard)
-            try:
-                block = _Block(file.read_row_group(group))
-            except (OSError, pa.ArrowException) as err:
-                name = self.manifest["splits"][split]["shards"][shard]["file"]
-                raise PreparedDataError(f"shard {name} of {self.path} is corrupt (row group {group}: {err}); "
-                                        "re-download or rebuild it") from None
-            self._blocks[key] = block
-            while len(self._blocks) > self.cached_blocks:
-                self._blocks.popitem(last=False)
-            return block
-
-
-class _Block:
-    """One decoded row group: its Arrow table and, per column, numpy views of its buffers (no copies): a list
-    column's flat values and offsets, a scalar column's values."""
-
-    def __init__(self, table: pa.Table):
-        self.table = table
-        self.values: dict[str, np.ndarray] = {}
-        self.offsets: dict[str, np.ndarray] = {}
-        for name in table.column_names:
-            column = table.column(name)
-            array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-            if pa.types.is_list(array.type):
-                self.offsets[name] = array.offsets.to_numpy().astype(np.int64)
-                self.values[name] = array.values.to_numpy(zero_copy_only=False)
-            else:
-                self.values[name] = array.to_numpy(zero_copy_only=False)
-
-    @property
-    def nbytes(self) -> int:
-        return self.table.nbytes
+    def _decode(self, key: tuple[str, int, int]) -> pa.Table:
+        split, shard, group = key
+        file = self._file(split, shard)
+        try:
+            return file.read_row_group(group)
+        except (OSError, pa.ArrowException) as err:
+            name = self.manifest["splits"][split]["shards"][shard]["file"]
+            raise PreparedDataError(f"shard {name} of {self.path} is corrupt (row group {group}: {err}); "
+                                    "re-download or rebuild it") from None
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -401,6 +401,9 @@ class _Loop:
             "tokens_seen": state.tokens_seen,
             "max_seq_length": self.phase_at(state.step - 1).max_seq_length,
             "train_seconds": self.clock.total(),  # wall clock since the start, evaluations and checkpoints included
+            # What the reader holds: decoded row groups (bounded by the shuffle window) and open shard files.
+            "reader_mib": sum(c.held_bytes for c in self.data.corpora.values()) / 2**20,
+            "open_files": sum(c.open_files for c in self.data.corpora.values()),
         }
         self.accelerator.log(values, step=state.step)
         self.callbacks("on_log", step=state.step, logs=values)
