@@ -167,6 +167,11 @@ def test_collator_static_examples_are_only_padded(tokenizer):
         DataCollatorForBertPretraining(tokenizer)([bad])
     with pytest.raises(ValueError, match="empty list"):
         DataCollatorForBertPretraining(tokenizer)([])
+    dynamic = {k: example[k] for k in ("input_ids", "token_type_ids", "next_sentence_label")}
+    with pytest.raises(ValueError, match="mixes examples with static masks"):
+        DataCollatorForBertPretraining(tokenizer)([example, dynamic])
+    with pytest.raises(ValueError, match="token_type_ids has length 3 but input_ids has length 7"):
+        DataCollatorForBertPretraining(tokenizer)([dict(dynamic, token_type_ids=[0, 0, 0])])
 
 
 def test_collator_takes_masked_lm_prob_and_the_old_name_with_a_warning(tokenizer):

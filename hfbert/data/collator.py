@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from .masking import MaskingSpec, continuation_table, mask_sequence
+from .masking import MaskingSpec, continuation_table, mask_batch
 
 __all__ = ["DataCollatorForBertPretraining"]
 
@@ -78,7 +78,26 @@ class DataCollatorForBertPretraining:
         if not examples:
             raise ValueError("cannot collate an empty list of examples")
         rng = self._generator()
-        rows = [self._example(example, rng) for example in examples]
+        static = ["masked_lm_positions" in example for example in examples]
+        if any(static) and not all(static):
+            raise ValueError("a batch mixes examples with static masks (masked_lm_positions) and examples without")
+        if not any(static):
+            # Dynamic masks: padded first, then the masks of all rows drawn together, as collate_arrays does.
+            arrays = {name: [np.asarray(e[name]) for e in examples] for name in ("input_ids", "token_type_ids",
+                                                                                 "word_starts") if name in examples[0]}
+            if "input_ids" not in arrays:
+                raise ValueError(f"an example has no input_ids (keys: {sorted(examples[0])})")
+            lengths = np.asarray([len(ids) for ids in arrays["input_ids"]], dtype=np.int64)
+            padded = {"input_ids_length": lengths}
+            for name, values in arrays.items():
+                for value, length in zip(values, lengths):
+                    if len(value) != length:
+                        raise ValueError(f"{name} has length {len(value)} but input_ids has length {length}")
+                padded[name] = _pad(values, int(lengths.max()))
+            if "next_sentence_label" in examples[0]:
+                padded["next_sentence_label"] = np.asarray([e["next_sentence_label"] for e in examples])
+            return self.collate_arrays(padded, rng)
+        rows = [self._static_example(example) for example in examples]
         width = max(len(ids) for ids, _, _ in rows)
         if self.pad_to_multiple_of:
             width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
@@ -103,7 +122,7 @@ class DataCollatorForBertPretraining:
         """The same batch as ``self(examples)`` from rows already gathered into padded arrays, as
         :meth:`hfbert.data.PreparedCorpus.read_arrays` gives them (a list column ``name`` as a ``(rows, longest)``
         array and its lengths ``name + "_length"``).  Static masks are scattered into ``labels`` in one step;
-        dynamic masks are drawn row by row with the rules of ``__call__``, from ``rng`` when given (a generator
+        dynamic masks are drawn for all rows at once with the original's rules, from ``rng`` when given (a generator
         owned by the caller, so batches can be collated in another thread without touching torch's RNG)."""
         lengths = np.asarray(arrays["input_ids_length"], dtype=np.int64)
         count = len(lengths)
@@ -135,23 +154,32 @@ class DataCollatorForBertPretraining:
                                  f"of length {lengths[row]}")
             batch["labels"][rows, columns] = arrays["masked_lm_ids"][valid]
         else:
-            rng = self._generator() if rng is None else rng
-            for row in range(count):
-                length = int(lengths[row])
-                example = {"input_ids": batch["input_ids"][row, :length],
-                           "token_type_ids": batch["token_type_ids"][row, :length]}
-                if "word_starts" in arrays:
-                    example["word_starts"] = arrays["word_starts"][row, :length]
-                ids, _, labels = self._example(example, rng)
-                batch["input_ids"][row, :length] = ids
-                batch["labels"][row, :length] = labels
+            word_starts = arrays["word_starts"][:, :given] if "word_starts" in arrays else None
+            self._mask_rows(batch, inside, word_starts, self._generator() if rng is None else rng)
         if "next_sentence_label" in arrays:
             batch["next_sentence_label"] = np.asarray(arrays["next_sentence_label"], dtype=np.int64)
         if self.return_tensors == "pt":
             return {name: torch.from_numpy(value) for name, value in batch.items()}
         return batch
 
-    def _example(self, example: Mapping, rng: np.random.Generator):
+    def _mask_rows(self, batch: dict, inside: np.ndarray, word_starts: np.ndarray | None,
+                   rng: np.random.Generator) -> None:
+        """Draw the dynamic masks of every row of ``batch`` at once (:func:`~hfbert.data.masking.mask_batch`, the
+        original's rules): ``input_ids`` corrupted in place, ``labels`` set at the selected positions."""
+        lengths = inside.sum(axis=1)
+        ids = batch["input_ids"][inside]  # the real tokens, row after row
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        starts = None
+        if self.spec.whole_word_mask:
+            starts = (word_starts[inside[:, : word_starts.shape[1]]] if word_starts is not None
+                      else ~self.continuation[ids])
+        corrupted, positions, original, counts = mask_batch(ids, offsets, ~np.isin(ids, self.spec.special_ids),
+                                                            self.spec, rng, starts)
+        batch["input_ids"][inside] = corrupted
+        rows = np.repeat(np.arange(len(lengths)), counts)
+        batch["labels"][rows, positions] = original
+
+    def _static_example(self, example: Mapping):
         if "input_ids" not in example:
             raise ValueError(f"an example has no input_ids (keys: {sorted(example)})")
         ids = np.asarray(example["input_ids"], dtype=np.int64)
@@ -159,19 +187,15 @@ class DataCollatorForBertPretraining:
         if len(types) != len(ids):
             raise ValueError(f"token_type_ids has length {len(types)} but input_ids has length {len(ids)}")
         labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
-        if "masked_lm_positions" in example:
-            positions = np.asarray(example["masked_lm_positions"], dtype=np.int64)
-            if len(positions) and (positions.min() < 0 or positions.max() >= len(ids)):
-                raise ValueError(f"masked_lm_positions {positions.tolist()} outside a sequence of length {len(ids)}")
-            labels[positions] = np.asarray(example["masked_lm_ids"], dtype=np.int64)
-            return ids, types, labels
-        candidates = ~np.isin(ids, self.spec.special_ids)
-        word_starts = None
-        if self.spec.whole_word_mask:
-            word_starts = example.get("word_starts")
-            if word_starts is None:
-                word_starts = ~self.continuation[ids]
-            word_starts = np.asarray(word_starts, dtype=bool)
-        corrupted, positions, original = mask_sequence(ids, candidates, self.spec, rng, word_starts)
-        labels[positions] = original
-        return corrupted, types, labels
+        positions = np.asarray(example["masked_lm_positions"], dtype=np.int64)
+        if len(positions) and (positions.min() < 0 or positions.max() >= len(ids)):
+            raise ValueError(f"masked_lm_positions {positions.tolist()} outside a sequence of length {len(ids)}")
+        labels[positions] = np.asarray(example["masked_lm_ids"], dtype=np.int64)
+        return ids, types, labels
+
+
+def _pad(values: Sequence[np.ndarray], width: int) -> np.ndarray:
+    out = np.zeros((len(values), width), dtype=np.int64)
+    for row, value in enumerate(values):
+        out[row, : len(value)] = value
+    return out
