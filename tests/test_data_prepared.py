@@ -2,6 +2,7 @@
 the manifest, random access by row index against load_dataset and streaming, corrupt and missing shards, static
 and dynamic masking, the `hfbert prepare` command and its one-line errors, and the Hub round trip."""
 
+import errno
 import gzip
 import hashlib
 import json
@@ -230,6 +231,18 @@ def test_a_corrupt_or_missing_shard_is_named(static_folder, tmp_path):
         PreparedCorpus.open(broken)
     with pytest.raises(PreparedDataError, match="no hfbert_prepare.json"):
         PreparedCorpus.open(broken / "data")
+
+
+def test_running_out_of_file_descriptors_is_not_called_corruption(static_folder, monkeypatch):
+    corpus = PreparedCorpus.open(static_folder)
+
+    def exhausted(name):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(corpus, "_open_parquet", exhausted)
+    with pytest.raises(OSError, match=r"train-00000-of-00003.parquet.*too many open files.*ulimit -n") as caught:
+        corpus.rows("train", [0])
+    assert not isinstance(caught.value, PreparedDataError) and caught.value.errno == errno.EMFILE
 
 
 def test_tokenizer_and_model_config_checks(static_folder, en_tok):

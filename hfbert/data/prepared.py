@@ -26,6 +26,7 @@ any size takes the time of reading its footers and memory does not grow with it.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import re
@@ -497,12 +498,12 @@ class PreparedCorpus:
         expected = self.manifest["tokenizer"]
         if config.vocab_size != expected["vocab_size"]:
             raise ValueError(f"the model's vocab_size ({config.vocab_size}) differs from the vocabulary of the "
-                             f"prepared corpus {self.path} ({expected['vocab_size']}); build the model with "
+                             f"prepared corpus {self.url or self.path} ({expected['vocab_size']}); build the model with "
                              f"vocab_size={expected['vocab_size']}")
         pad = getattr(config, "pad_token_id", None)
         if pad is not None and pad != expected["special_token_ids"]["pad"]:
             raise ValueError(f"the model's pad_token_id ({pad}) differs from the prepared corpus's [PAD] id "
-                             f"({expected['special_token_ids']['pad']}, {self.path})")
+                             f"({expected['special_token_ids']['pad']}, {self.url or self.path})")
 
     # -- rows -------------------------------------------------------------------------------------------
     def rows(self, split: str, indices) -> list[dict[str, Any]]:
@@ -590,7 +591,7 @@ class PreparedCorpus:
 
     def _split(self, split: str) -> str:
         if split not in self._offsets:
-            raise KeyError(f"the prepared corpus {self.path} has no {split!r} split (splits: {self.splits})")
+            raise KeyError(f"the prepared corpus {self.url or self.path} has no {split!r} split (splits: {self.splits})")
         return split
 
     def _check_indices(self, split: str, indices) -> np.ndarray:
@@ -598,7 +599,7 @@ class PreparedCorpus:
         total = self.num_rows(split)
         if len(indices) and (indices.min() < 0 or indices.max() >= total):
             bad = int(indices[(indices < 0) | (indices >= total)][0])
-            raise IndexError(f"row {bad} is outside the {split} split of {self.path} ({total} rows)")
+            raise IndexError(f"row {bad} is outside the {split} split of {self.url or self.path} ({total} rows)")
         return indices
 
     def _locate(self, split: str, indices: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
@@ -664,7 +665,7 @@ class PreparedCorpus:
             try:
                 file = self._open_parquet(name)
             except (OSError, pa.ArrowException) as err:
-                raise PreparedDataError(f"shard {name} of {self.path} is corrupt: {err}") from None
+                raise self._read_error(name, err) from None
             self._files[key] = file
             while len(self._files) > self.MAX_OPEN_FILES:
                 _, oldest = self._files.popitem(last=False)
@@ -677,9 +678,19 @@ class PreparedCorpus:
         try:
             return file.read_row_group(group)
         except (OSError, pa.ArrowException) as err:
-            name = self.manifest["splits"][split]["shards"][shard]["file"]
-            raise PreparedDataError(f"shard {name} of {self.path} is corrupt (row group {group}: {err}); "
-                                    "re-download or rebuild it") from None
+            raise self._read_error(self.manifest["splits"][split]["shards"][shard]["file"], err, group) from None
+
+    def _read_error(self, name: str, err: Exception, group: int | None = None) -> Exception:
+        """The one-line error of a shard that could not be opened or read: the process out of file descriptors
+        and a missing file are said as such; anything else is a corrupt shard."""
+        where = f"shard {name} of {self.url or self.path}" + (f" (row group {group})" if group is not None else "")
+        if isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE):
+            return OSError(err.errno, f"cannot open {where}: too many open files ({err.strerror}); raise the "
+                                      f"limit (ulimit -n) or lower PreparedCorpus.MAX_OPEN_FILES "
+                                      f"({self.MAX_OPEN_FILES})")
+        if isinstance(err, FileNotFoundError):
+            return PreparedDataError(f"{where} is missing ({err}); re-download or rebuild it")
+        return PreparedDataError(f"{where} is corrupt: {err}; re-download or rebuild it")
 
 
 # ---------------------------------------------------------------------------------------------------------
