@@ -69,7 +69,7 @@ def _last_step(log: Path) -> int:
 def prepare(work: Path, size: str, tokenizer: Path) -> Path:
     """The prepared folder of a size: megabytes of generated corpus, or ``builtin`` (the shipped 4 MB corpus)."""
     if size == "builtin":
-        corpus, layout = work / "austen.txt", []  # the shipped corpus's own layout (chapters)
+        corpus, layout = None, []  # no --input: the shipped corpus, read as the main job reads it
     else:
         corpus, layout = work / f"corpus-{float(size):g}mb.txt", ["--input_layout", "paragraphs"]
         if not corpus.is_file():
@@ -77,10 +77,11 @@ def prepare(work: Path, size: str, tokenizer: Path) -> Path:
     folder = work / (f"prepared-{float(size):g}mb" if size != "builtin" else "prepared-builtin")
     if not (folder / "hfbert_prepare.json").is_file():
         started = time.monotonic()
-        _run([sys.executable, "-m", "hfbert.cli", "prepare", "--input", str(corpus), "--output_dir", str(folder),
+        source = ["--input", str(corpus)] if corpus else []
+        _run([sys.executable, "-m", "hfbert.cli", "prepare", *source, "--output_dir", str(folder),
               "--overwrite_output_dir", *layout, "--masking", "dynamic",
               "--max_seq_length", "128", "--tokenizer", str(tokenizer), "--seed", "42"])
-        print(f"prepared {corpus.name} in {time.monotonic() - started:.0f} s", flush=True)
+        print(f"prepared {folder.name} in {time.monotonic() - started:.0f} s", flush=True)
     return folder
 
 

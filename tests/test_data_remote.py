@@ -76,6 +76,7 @@ class FlakyFileSystem(MemoryFileSystem):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.released = threading.Event()  # ends the waits of "hang"
+        self._counting = threading.Lock()
         self.reset()
 
     @classmethod
@@ -84,11 +85,19 @@ class FlakyFileSystem(MemoryFileSystem):
 
     def reset(self, mode=None, failures=None):
         self.mode, self.failures, self.failed, self.reads, self.bytes_read = mode, failures, 0, 0, 0
+        self.in_flight = self.most_in_flight = 0
         self.released.clear()
 
     def cat_file(self, path, start=None, end=None, **kwargs):
+        if self.mode == "slow" and path.endswith(".parquet"):  # every read takes a while: overlaps show
+            with self._counting:
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            time.sleep(0.2)
+            with self._counting:
+                self.in_flight -= 1
         data = super().cat_file(path, start=start, end=end, **kwargs)
-        misbehaves = self.mode and path.endswith(".parquet") and (self.failures is None or
+        misbehaves = self.mode not in (None, "slow") and path.endswith(".parquet") and (self.failures is None or
                                                                   self.failed < self.failures)
         if misbehaves:
             self.failed += 1
@@ -129,6 +138,15 @@ def test_an_fsspec_url_gives_the_rows_of_the_local_folder_reading_only_their_row
     chosen = picks(local)
     assert corpus.rows("train", chosen) == local.rows("train", chosen)
     assert corpus.rows("validation", [0, 3]) == local.rows("validation", [0, 3])
+
+
+def test_a_batch_needing_several_row_groups_fetches_them_at_once(local, flaky, tmp_path):
+    corpus = PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "cache")
+    flaky.reset(mode="slow")
+    chosen = picks(local)  # rows of both shards: the two footers read together, then the row groups together
+    blocks = {(shard, group) for _, shard, group in local._locate("train", np.asarray(chosen))[0]}
+    assert corpus.rows("train", chosen) == local.rows("train", chosen)
+    assert len(blocks) > 2 and flaky.reads == 2 + len(blocks) and flaky.most_in_flight == len(blocks)
 
 
 def test_a_warm_cache_serves_another_process_without_reading_the_remote(local, flaky, tmp_path):

@@ -538,6 +538,8 @@ class PreparedCorpus:
         indices = self._check_indices(split, indices)
         with self._lock:
             keys, block_of_row, local = self._locate(split, indices)
+            if self._remote is not None:
+                self._prefetch(keys)
             slots = self._blocks.slots(keys, self._decode)
             return self._blocks.gather(slots[block_of_row], local, pad_values or {})
 
@@ -666,11 +668,31 @@ class PreparedCorpus:
                 file = self._open_parquet(name)
             except (OSError, pa.ArrowException) as err:
                 raise self._read_error(name, err) from None
-            self._files[key] = file
-            while len(self._files) > self.MAX_OPEN_FILES:
-                _, oldest = self._files.popitem(last=False)
-                oldest.close(force=True)
+            self._keep_open(key, file)
             return file
+
+    def _keep_open(self, key: tuple[str, int], file: pq.ParquetFile) -> None:
+        self._files[key] = file
+        while len(self._files) > self.MAX_OPEN_FILES:
+            _, oldest = self._files.popitem(last=False)
+            oldest.close(force=True)
+
+    def _prefetch(self, keys: list[tuple[str, int, int]]) -> None:
+        """For a remote corpus: open the shards and fetch the row groups of ``keys`` that are not decoded yet,
+        several reads at once (:meth:`RemoteShards.prefetch`), so that a window's first batch does not wait for
+        its row groups one after the other. A read that fails here is read again by the decode, which names it."""
+        missing = [key for key in keys if key not in self._blocks]
+        if len(missing) < 2:
+            return
+        shards = {key[:2]: self.manifest["splits"][key[0]]["shards"][key[1]]["file"] for key in missing}
+        files = {name: self._files.get(key) for key, name in shards.items()}
+        try:
+            files = self._remote.prefetch(files, [(shards[key[:2]], key[2]) for key in missing])
+        except (OSError, pa.ArrowException):
+            return
+        for key, name in shards.items():
+            if key not in self._files:
+                self._keep_open(key, files[name])
 
     def _decode(self, key: tuple[str, int, int]) -> pa.Table:
         split, shard, group = key

@@ -43,7 +43,8 @@ import uuid
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -310,6 +311,10 @@ class RangeCache:
     def _entry(self, key: str, start: int, end: int) -> Path:
         return self.folder / key[:2] / key / f"{start}-{end}"
 
+    def has(self, key: str, start: int, end: int) -> bool:
+        """Whether an entry is there (not whether it is intact: :meth:`get` checks that)."""
+        return self.limit > 0 and self._entry(key, start, end).is_file()
+
     def get(self, key: str, start: int, end: int) -> bytes | None:
         if self.limit == 0:
             return None
@@ -401,6 +406,7 @@ class RemoteShardFile(io.RawIOBase):
         self.cache, self.timeout = cache, timeout
         self._position = 0
         self._bounds: list[int] = [0, size]  # region k is [bounds[k], bounds[k + 1])
+        self._groups: dict[int, tuple[int, int]] = {}  # row group -> its region
         self._recent: OrderedDict[int, bytes] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -418,8 +424,20 @@ class RemoteShardFile(io.RawIOBase):
                 first, last = min(first, start), max(last, start + chunk.total_compressed_size)
             if first < last <= footer_start:
                 starts.update((first, last))
+                self._groups[group] = (first, last)
         self._bounds = sorted(starts)
         self._recent.clear()
+
+    def region_bytes(self, group: int) -> int:
+        first, last = self._groups.get(group, (0, 0))
+        return last - first
+
+    def prefetch(self, group: int) -> None:
+        """Bring row group ``group``'s region into the cache (a no-op when it is there): several of these run at
+        once when a batch needs row groups that no process of the machine has fetched yet."""
+        first, last = self._groups.get(group, (0, 0))
+        if first < last and not self.cache.has(self.key, first, last):
+            self.cache.put(self.key, first, last, fetch(self.location, self.name, self.timeout, first, last))
 
     def range(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``, from memory, the cache, or one retried ranged read (then cached)."""
@@ -493,7 +511,9 @@ def open_remote_parquet(location: RemoteLocation, name: str, size: int, sha256: 
         tail_start = footer_start
     metadata = pq.read_metadata(pa.BufferReader(tail[footer_start - tail_start :]))
     handle.set_regions(metadata, footer_start)
-    return pq.ParquetFile(handle, metadata=metadata, memory_map=False, page_checksum_verification=True)
+    parquet = pq.ParquetFile(handle, metadata=metadata, memory_map=False, page_checksum_verification=True)
+    parquet.remote_file = handle  # for prefetching its row groups (RemoteShards.prefetch)
+    return parquet
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -509,9 +529,28 @@ class RemoteShards:
     timeout: float
     shards: dict[str, dict]  # name -> the manifest's entry (rows, bytes, sha256, ...)
 
+    #: Ranged reads in flight at once when a batch needs row groups not yet fetched (a window's start).
+    CONCURRENT_READS = 8
+
     def open_parquet(self, name: str) -> pq.ParquetFile:
         shard = self.shards[name]
         return open_remote_parquet(self.location, name, shard["bytes"], shard["sha256"], self.cache, self.timeout)
+
+    def prefetch(self, files: dict[str, pq.ParquetFile | None], groups: list[tuple[str, int]]) -> dict:
+        """Open the shards of ``files`` that are None and fetch the regions of ``groups`` ((shard, row group)
+        pairs) into the cache, up to :attr:`CONCURRENT_READS` reads at a time instead of one after the other.
+        Returns ``files`` with every shard opened. An error is raised as the sequential read would raise it."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.CONCURRENT_READS, thread_name_prefix="hfbert-remote-read")
+        missing = [name for name, file in files.items() if file is None]
+        for name, file in zip(missing, self._pool.map(self.open_parquet, missing)):
+            files[name] = file
+        wanted = sum(files[name].remote_file.region_bytes(group) for name, group in groups)
+        if 2 * wanted <= self.cache.limit:  # else the first would be evicted before the last is decoded
+            list(self._pool.map(lambda pair: files[pair[0]].remote_file.prefetch(pair[1]), groups))
+        return files
+
+    _pool: ThreadPoolExecutor | None = field(default=None, repr=False, compare=False)
 
 
 def fetch_metadata(location: RemoteLocation, manifest_name: str, cache_dir: Path, timeout: float) -> Path:
