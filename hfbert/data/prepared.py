@@ -498,8 +498,8 @@ class PreparedCorpus:
         expected = self.manifest["tokenizer"]
         if config.vocab_size != expected["vocab_size"]:
             raise ValueError(f"the model's vocab_size ({config.vocab_size}) differs from the vocabulary of the "
-                             f"prepared corpus {self.url or self.path} ({expected['vocab_size']}); build the model with "
-                             f"vocab_size={expected['vocab_size']}")
+                             f"prepared corpus {self.url or self.path} ({expected['vocab_size']}); build the model "
+                             f"with vocab_size={expected['vocab_size']}")
         pad = getattr(config, "pad_token_id", None)
         if pad is not None and pad != expected["special_token_ids"]["pad"]:
             raise ValueError(f"the model's pad_token_id ({pad}) differs from the prepared corpus's [PAD] id "
@@ -593,7 +593,8 @@ class PreparedCorpus:
 
     def _split(self, split: str) -> str:
         if split not in self._offsets:
-            raise KeyError(f"the prepared corpus {self.url or self.path} has no {split!r} split (splits: {self.splits})")
+            raise KeyError(f"the prepared corpus {self.url or self.path} has no {split!r} split "
+                           f"(splits: {self.splits})")
         return split
 
     def _check_indices(self, split: str, indices) -> np.ndarray:
