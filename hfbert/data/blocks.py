@@ -112,7 +112,7 @@ class BlockSlots:
                     self._free.append(self._slot_of.pop(key))
                     break
         rows = max(self._rows, table.num_rows)
-        tokens = {name: max(self._tokens[name], len(_flat(table, name)[1])) for name in self.lists}
+        tokens = {name: max(self._tokens[name], _token_count(table, name)) for name in self.lists}
         slots = self._slots + (0 if self._free else max(1, min(self.capacity, 2 * self._slots) - self._slots))
         if slots != self._slots or rows != self._rows or tokens != self._tokens:
             # A little headroom, so that blocks a few tokens longer than the first do not each grow the buffers.
@@ -152,6 +152,12 @@ class BlockSlots:
 def _column(table: pa.Table, name: str) -> pa.Array:
     column = table.column(name)
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _token_count(table: pa.Table, name: str) -> int:
+    """A list column's number of values, from its offsets alone."""
+    offsets = _column(table, name).offsets
+    return int(offsets[-1].as_py() - offsets[0].as_py()) if len(offsets) else 0
 
 
 def _flat(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
