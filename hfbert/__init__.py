@@ -2,63 +2,61 @@
 
 ``import hfbert`` registers every model class with the transformers Auto classes under ``model_type="hfbert"`` and
 marks them for remote code, so ``save_pretrained`` writes ``auto_map`` and copies the config and modeling files.
+
+With ``HFBERT_LAZY_IMPORT=1`` in its environment, ``import hfbert`` loads the model code (torch, transformers'
+modeling) and registers the classes on the first use of one of the names below instead: a process that only
+builds data (the workers of ``hfbert prepare``, forked with it) then imports its modules in about a third of the
+time.  A Dask worker started by hand for builds may set it too (``HFBERT_LAZY_IMPORT=1 dask worker ...``).
 """
 
-from transformers import (
-    AutoConfig,
-    AutoTokenizer,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForNextSentencePrediction,
-    AutoModelForPreTraining,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
-
-from .configuration_hfbert import HfBertConfig
-from .modeling_hfbert import (
-    HfBertForMaskedLM,
-    HfBertForMultipleChoice,
-    HfBertForNextSentencePrediction,
-    HfBertForPreTraining,
-    HfBertForPreTrainingOutput,
-    HfBertForQuestionAnswering,
-    HfBertForSequenceClassification,
-    HfBertForTokenClassification,
-    HfBertModel,
-    HfBertPreTrainedModel,
-)
-from .convert import convert
-from .hub import load_any_bert, push_to_hub
-from .tokenization import HfBertTokenizer, bert_tokenizer_from_vocab, tokenize_dataset, train_wordpiece
+import importlib
+import os
 
 __version__ = "0.1.0"
 
-AUTO_CLASSES = {
-    AutoModel: HfBertModel,
-    AutoModelForPreTraining: HfBertForPreTraining,
-    AutoModelForMaskedLM: HfBertForMaskedLM,
-    AutoModelForNextSentencePrediction: HfBertForNextSentencePrediction,
-    AutoModelForSequenceClassification: HfBertForSequenceClassification,
-    AutoModelForMultipleChoice: HfBertForMultipleChoice,
-    AutoModelForTokenClassification: HfBertForTokenClassification,
-    AutoModelForQuestionAnswering: HfBertForQuestionAnswering,
+_MODULE_OF = {
+    "AUTO_CLASSES": "auto",
+    "register_auto_classes": "auto",
+    "HfBertConfig": "configuration_hfbert",
+    **dict.fromkeys(["HfBertPreTrainedModel", "HfBertModel", "HfBertForPreTraining", "HfBertForPreTrainingOutput",
+                     "HfBertForMaskedLM", "HfBertForNextSentencePrediction", "HfBertForSequenceClassification",
+                     "HfBertForMultipleChoice", "HfBertForTokenClassification", "HfBertForQuestionAnswering"],
+                    "modeling_hfbert"),
+    **dict.fromkeys(["HfBertTokenizer", "train_wordpiece", "bert_tokenizer_from_vocab", "tokenize_dataset"],
+                    "tokenization"),
+    "load_any_bert": "hub",
+    "push_to_hub": "hub",
+    "convert": "convert",
 }
 
+if os.environ.get("HFBERT_LAZY_IMPORT") != "1":
+    from .auto import AUTO_CLASSES, register_auto_classes
+    from .configuration_hfbert import HfBertConfig
+    from .modeling_hfbert import (
+        HfBertForMaskedLM,
+        HfBertForMultipleChoice,
+        HfBertForNextSentencePrediction,
+        HfBertForPreTraining,
+        HfBertForPreTrainingOutput,
+        HfBertForQuestionAnswering,
+        HfBertForSequenceClassification,
+        HfBertForTokenClassification,
+        HfBertModel,
+        HfBertPreTrainedModel,
+    )
+    from .convert import convert
+    from .hub import load_any_bert, push_to_hub
+    from .tokenization import HfBertTokenizer, bert_tokenizer_from_vocab, tokenize_dataset, train_wordpiece
+else:
 
-def register_auto_classes() -> None:
-    """Idempotent: registering twice (re-import, importlib.reload) changes nothing."""
-    AutoConfig.register(HfBertConfig.model_type, HfBertConfig, exist_ok=True)
-    HfBertConfig.register_for_auto_class()
-    AutoTokenizer.register(HfBertConfig, tokenizer_class=HfBertTokenizer, exist_ok=True)
-    for auto_class, model_class in AUTO_CLASSES.items():
-        auto_class.register(HfBertConfig, model_class, exist_ok=True)
-        model_class.register_for_auto_class(auto_class.__name__)
-
-
-register_auto_classes()
+    def __getattr__(name: str):
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        importlib.import_module(".auto", __name__)  # the first use of a model name registers them all
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+        globals()[name] = value
+        return value
 
 __all__ = [
     "HfBertConfig",

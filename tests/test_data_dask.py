@@ -132,3 +132,55 @@ def test_a_worker_keeps_its_first_builder_for_the_same_settings(austen, en_tok, 
     assert warm_builder(first) is again  # the client's own copy has the same settings
     assert warm_builder(other) is other  # other settings: a builder of their own
     assert warm_builder(pickle.loads(pickle.dumps(first))) is not again  # ... which replaced the first
+
+
+PROBE = '''
+import os, sys
+import hfbert.data.shards  # the build code, as a build's workers import it
+
+
+def facts(_task):
+    return {"lazy": os.environ.get("HFBERT_LAZY_IMPORT"), "torch": "torch" in sys.modules,
+            "build_code": "hfbert.data.shards" in sys.modules}
+'''
+RUN = '''
+import json, os, sys
+import hfbert  # this process has the model code and the Auto classes; its workers need neither
+from hfbert.data.engines import run_tasks
+import probe
+
+facts = {engine: run_tasks(probe.facts, [0, 1], engine=engine, num_proc=2) for engine in ("local", "dask")}
+print(json.dumps({"facts": facts, "own_env": os.environ.get("HFBERT_LAZY_IMPORT"),
+                  "registered": hfbert.HfBertConfig.__name__}))
+'''
+
+
+def test_build_workers_import_the_build_code_without_torch_and_the_model_code(tmp_path):
+    """A fresh interpreter (this one's forkserver may already run): its pool's and its cluster's workers import hfbert
+    lazily, the build code without torch, while the building process keeps its own full import and environment."""
+    import json
+    import subprocess
+
+    (tmp_path / "probe.py").write_text(PROBE)
+    env = {k: v for k, v in os.environ.items() if k != "HFBERT_LAZY_IMPORT"}
+    done = subprocess.run([sys.executable, "-c", RUN], cwd=tmp_path, env={**env, "PYTHONPATH": str(tmp_path)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["own_env"] is None and out["registered"] == "HfBertConfig"
+    for engine, workers in out["facts"].items():
+        for worker in workers:
+            assert worker == {"lazy": "1", "torch": False, "build_code": True}, (engine, worker)
+
+
+def test_a_lazy_import_registers_the_classes_on_first_use():
+    import subprocess
+
+    code = ("import sys, transformers, hfbert.data.shards; assert 'torch' not in sys.modules; "
+            "from hfbert import HfBertConfig, HfBertModel; "
+            "assert type(transformers.AutoModel.from_config(HfBertConfig(hidden_size=32, num_hidden_layers=1, "
+            "num_attention_heads=2, intermediate_size=37))) is HfBertModel; "
+            "import hfbert; assert all(getattr(hfbert, name) for name in hfbert.__all__)")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "HFBERT_LAZY_IMPORT": "1"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -3,50 +3,38 @@
 Faithful to google-research/bert ``create_pretraining_data.py`` (see :mod:`hfbert.data.nsp` and
 :mod:`hfbert.data.masking` for the algorithm and every documented deviation), multi-process and streaming,
 with whole-word masking for English (``##``) and Chinese (pluggable word segmenters).
+
+The names below are imported on first use (PEP 562), so a process that only builds shards (a worker of
+``hfbert prepare``) loads the build modules alone, not the collator and the reader with torch behind them.
 """
 
-from .collator import DataCollatorForBertPretraining
-from .documents import (
-    CHAPTER_HEADING,
-    CorpusError,
-    ReadStats,
-    read_document_range,
-    read_documents,
-    read_people_daily,
-    split_sentences,
-)
-from .masking import MaskingSpec, mask_sequence, num_to_predict
-from .nsp import create_instances_from_document, truncate_seq_pair
-from .pipeline import build_pretraining_dataset, pool_bounds
-from .prepared import PreparedCorpus, PreparedDataError, prepare_corpus, push_prepared
-from .report import content_digest, render_report, write_report
-from .segmenters import JiebaSegmenter, PreSegmented
-from .settings import ExampleSettings
+import importlib
 
-__all__ = [
-    "CHAPTER_HEADING",
-    "CorpusError",
-    "DataCollatorForBertPretraining",
-    "ExampleSettings",
-    "JiebaSegmenter",
-    "MaskingSpec",
-    "PreSegmented",
-    "PreparedCorpus",
-    "PreparedDataError",
-    "ReadStats",
-    "build_pretraining_dataset",
-    "content_digest",
-    "create_instances_from_document",
-    "mask_sequence",
-    "num_to_predict",
-    "pool_bounds",
-    "prepare_corpus",
-    "push_prepared",
-    "read_document_range",
-    "read_documents",
-    "read_people_daily",
-    "render_report",
-    "split_sentences",
-    "truncate_seq_pair",
-    "write_report",
-]
+_EXPORTS = {
+    "collator": ["DataCollatorForBertPretraining"],
+    "documents": ["CHAPTER_HEADING", "CorpusError", "ReadStats", "read_document_range", "read_documents",
+                  "read_people_daily", "split_sentences"],
+    "masking": ["MaskingSpec", "mask_sequence", "num_to_predict"],
+    "nsp": ["create_instances_from_document", "truncate_seq_pair"],
+    "pipeline": ["build_pretraining_dataset", "pool_bounds"],
+    "prepared": ["PreparedCorpus", "PreparedDataError", "prepare_corpus", "push_prepared"],
+    "report": ["content_digest", "render_report", "write_report"],
+    "segmenters": ["JiebaSegmenter", "PreSegmented"],
+    "settings": ["ExampleSettings"],
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # the next look-up is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

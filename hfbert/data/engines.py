@@ -8,8 +8,9 @@ same results and any of them may run a task twice (a retry, a worker lost) witho
 * ``engine="local"``, ``num_proc>1``: ``concurrent.futures.ProcessPoolExecutor``.  Its workers are forked from a
   fresh *forkserver* process that has imported the build code once (``spawn`` where there is no forkserver),
   never from this process: a fork of a process that already runs the tokenizers' or torch's thread pools can
-  deadlock.  Importing hfbert (torch, transformers) costs more than building a small corpus, so the server
-  pays it once per Python process instead of every worker every time.
+  deadlock.  The server imports hfbert with ``HFBERT_LAZY_IMPORT=1`` (the build code without torch and the
+  model code: a third of the time of a full import, which costs more than building a small corpus), once per
+  Python process instead of every worker every time.
 * ``engine="dask"``: ``dask.distributed``; ``scheduler=ADDRESS`` joins a running cluster, otherwise a
   ``LocalCluster`` of ``num_proc`` single-threaded worker processes is started for the build and closed after it.
   Dask reschedules the tasks of a worker that dies and retries a task that raised (``retries``).  The local
@@ -40,6 +41,8 @@ DASK_RETRIES = 2
 # Worker processes run one task at a time each; a tokenizer thread pool inside them would only compete
 # with the other workers for the same cores.
 _WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+# A worker imports hfbert's model code (torch, transformers' modeling) only when a task uses it.
+_LAZY_IMPORT = {"HFBERT_LAZY_IMPORT": "1"}
 # Dask settings of the LocalCluster a build starts for itself (not of a cluster it joins).
 _LOCAL_CLUSTER_CONFIG = {
     # Dask starts its workers with MALLOC_TRIM_THRESHOLD_=65536, so that they hand freed memory back to the system
@@ -96,7 +99,25 @@ def _context(function):
     # Takes effect when this Python process starts its forkserver; a server started earlier without it still
     # works, its workers import the module themselves.
     context.set_forkserver_preload([function.__module__])
+    _start_forkserver()
     return context
+
+
+def _start_forkserver() -> None:
+    """Start this process's forkserver, if it is not running, with ``HFBERT_LAZY_IMPORT=1`` in its environment (its
+    preload and every worker forked from it import hfbert that way); this process's own environment is restored."""
+    from multiprocessing import forkserver
+
+    saved = {name: os.environ.get(name) for name in _LAZY_IMPORT}
+    os.environ.update(_LAZY_IMPORT)
+    try:
+        forkserver.ensure_running()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run_pool(function, tasks: Sequence, num_proc: int, progress, keep) -> list:
@@ -158,12 +179,12 @@ def local_cluster(num_proc: int, function: Callable):
             _preload_build_code(function)
         yield stack.enter_context(distributed.LocalCluster(
             n_workers=max(1, num_proc), threads_per_worker=1, processes=True, dashboard_address=None,
-            env=_WORKER_ENV))
+            env={**_WORKER_ENV, **_LAZY_IMPORT}))
 
 
 def _preload_build_code(function) -> None:
-    """Have the forkserver that Dask's nannies fork workers from import ``function``'s module (and Dask) once: a
-    spawned worker imports hfbert (torch, transformers) itself, seconds of CPU per worker and build.
+    """Have the forkserver that Dask's nannies fork workers from import ``function``'s module (and Dask) once, with
+    hfbert's lazy import: a spawned worker imports hfbert itself, seconds of CPU per worker and build.
 
     Takes effect when this Python process starts its forkserver; one started earlier (by a previous build or the
     process pool) is used as it is, and its workers import what it lacks themselves."""
@@ -171,3 +192,4 @@ def _preload_build_code(function) -> None:
 
     context = get_mp_context()  # Dask sets its own preload list on the first call; this one replaces it
     context.set_forkserver_preload(["distributed", function.__module__])
+    _start_forkserver()

@@ -1,0 +1,55 @@
+"""hfbert's model classes registered with the transformers Auto classes under ``model_type="hfbert"`` (done when
+this module is imported, by ``import hfbert``) and marked for remote code, so ``save_pretrained`` writes
+``auto_map`` and copies the config and modeling files."""
+
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
+    AutoModelForNextSentencePrediction,
+    AutoModelForPreTraining,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
+
+from .configuration_hfbert import HfBertConfig
+from .modeling_hfbert import (
+    HfBertForMaskedLM,
+    HfBertForMultipleChoice,
+    HfBertForNextSentencePrediction,
+    HfBertForPreTraining,
+    HfBertForPreTrainingOutput,
+    HfBertForQuestionAnswering,
+    HfBertForSequenceClassification,
+    HfBertForTokenClassification,
+    HfBertModel,
+    HfBertPreTrainedModel,
+)
+from .tokenization import HfBertTokenizer
+
+AUTO_CLASSES = {
+    AutoModel: HfBertModel,
+    AutoModelForPreTraining: HfBertForPreTraining,
+    AutoModelForMaskedLM: HfBertForMaskedLM,
+    AutoModelForNextSentencePrediction: HfBertForNextSentencePrediction,
+    AutoModelForSequenceClassification: HfBertForSequenceClassification,
+    AutoModelForMultipleChoice: HfBertForMultipleChoice,
+    AutoModelForTokenClassification: HfBertForTokenClassification,
+    AutoModelForQuestionAnswering: HfBertForQuestionAnswering,
+}
+
+
+def register_auto_classes() -> None:
+    """Idempotent: registering twice (re-import, importlib.reload) changes nothing."""
+    AutoConfig.register(HfBertConfig.model_type, HfBertConfig, exist_ok=True)
+    HfBertConfig.register_for_auto_class()
+    AutoTokenizer.register(HfBertConfig, tokenizer_class=HfBertTokenizer, exist_ok=True)
+    for auto_class, model_class in AUTO_CLASSES.items():
+        auto_class.register(HfBertConfig, model_class, exist_ok=True)
+        model_class.register_for_auto_class(auto_class.__name__)
+
+
+register_auto_classes()
