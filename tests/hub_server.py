@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import functools
 import hashlib
 import json
 import logging
@@ -62,11 +63,13 @@ class Blob:
     data: bytes
     lfs: bool
 
-    @property
+    # Hashed once per blob, as the Hub stores them: every download answers with them, and hashing a shard of
+    # tens of MB per ranged read would be what a remote-read benchmark measures.
+    @functools.cached_property
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
-    @property
+    @functools.cached_property
     def git_oid(self) -> str:  # what git itself stores: the content, or the LFS pointer
         return git_blob_sha1(lfs_pointer(self.sha256, len(self.data)) if self.lfs else self.data)
 
