@@ -50,13 +50,13 @@ if os.environ.get("HFBERT_LAZY_IMPORT") != "1":
 else:
 
     def __getattr__(name: str):
-        module = _MODULE_OF.get(name)
-        if module is None:
+        if name not in _MODULE_OF:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         importlib.import_module(".auto", __name__)  # the first use of a model name registers them all
-        value = getattr(importlib.import_module(f".{module}", __name__), name)
-        globals()[name] = value
-        return value
+        # ... and binds every name, also over a submodule of the same name that an import bound here (convert)
+        for export, module in _MODULE_OF.items():
+            globals()[export] = getattr(importlib.import_module(f".{module}", __name__), export)
+        return globals()[name]
 
 __all__ = [
     "HfBertConfig",
