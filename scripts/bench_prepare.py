@@ -323,6 +323,12 @@ def _tokenizer(work: Path) -> str:
         return str(folder)
 
 
+def _shown(path: str) -> str:
+    """``path`` as the report records it: inside an installed package, from ``<site-packages>`` on."""
+    head, sep, tail = path.partition("site-packages/")
+    return f"<site-packages>/{tail}" if sep else path
+
+
 def _old_tree(rev: str, work: Path) -> str:
     """The hfbert package as of git revision ``rev``, extracted into ``work`` (for PYTHONPATH)."""
     target = work / f"hfbert-{rev}"
@@ -382,7 +388,7 @@ def main() -> None:
         tokenizer = _tokenizer(work)
         corpora = {size: _corpus(args.corpus_dir or work, size) for size in sorted(args.sizes)}
         results: dict = {"hfbert": hfbert.__version__, "date": started, "cpu_count": os.cpu_count(),
-                         "machine": _machine(), "settings": SETTINGS, "tokenizer": tokenizer, "runs": [],
+                         "machine": _machine(), "settings": SETTINGS, "tokenizer": _shown(tokenizer), "runs": [],
                          "figures": [], "engines": []}
         ones = []
         for size, corpus in corpora.items():
