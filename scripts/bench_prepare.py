@@ -11,14 +11,15 @@ after the other:
 
 1. one process (the in-process engine), Dask with 1 worker, Dask with 2 workers (a ``LocalCluster`` started and
    closed by the build), and two independent one-process builds started together ("1+1", what the machine gives
-   two processes that share nothing);
+   two processes that share nothing); with ``--repeats N`` the last two N times in turn (Dask, 1+1, Dask, ...),
+   since a virtual machine's speed drifts by several percent within minutes;
 2. for each: wall time, corpus tokens per second and per CPU second, and where the CPU went, read per process
    and per thread with psutil: the build's own main thread ("client": the in-process build itself, or the
    client of the cluster), the other threads of that process ("scheduler": Dask's event loop there runs the
    scheduler, the nannies and the client's communication), the worker processes ("workers"), and the forkserver
    they are forked from ("start": it imports hfbert once per build).  The sampler's own thread is left out;
-3. the figures of merit: Dask with 2 workers against 1+1 in tokens per second (the machine's own efficiency), and a
-   Dask worker's CPU per token against the one-process build's;
+3. the figures of merit: Dask with 2 workers against 1+1 in tokens per second (the machine's own efficiency; each
+   pair's ratio and their median), and a Dask worker's CPU per token against the one-process build's;
 4. the peak memory of the one-process builds (the process's peak RSS; for workers the largest worker's): it should
    not grow with the corpus;
 5. ``--pairs N`` (default 3): on the smallest corpus, its first N shards built in turn in one process and in the
@@ -285,16 +286,21 @@ def measure_together(label: str, corpus: Path, work: Path, tokenizer: str, copie
     return result
 
 
-def figures(one: dict, dask1: dict, dask2: dict, together: dict) -> dict:
-    """The figures of merit at one size (see the module docstring, 3)."""
+def figures(one: dict, dask1: dict, pairs: list[tuple[dict, dict]]) -> dict:
+    """The figures of merit at one size (see the module docstring, 3), from the (Dask 2 workers, 1+1) pairs
+    measured in turn: each pair's ratio and their median; the CPU figures of the median pair."""
     def per_token(run: dict, part: str | None = None) -> float:  # CPU microseconds per corpus token
         cpu = run["cpu_s"] if part is None else run["cpu_split_s"][part]
         return round(cpu / run["tokens"] * 1e6, 4)
 
     in_process = per_token(one, "client")
+    ratios = [dask2["tokens_per_s"] / together["tokens_per_s"] for dask2, together in pairs]
+    median = sorted(range(len(pairs)), key=ratios.__getitem__)[len(pairs) // 2]
+    dask2, together = pairs[median]
     return {
         "corpus_mb": one["corpus_mb"],
-        "dask2_vs_independent_tokens_per_s": round(dask2["tokens_per_s"] / together["tokens_per_s"], 3),
+        "dask2_vs_independent_tokens_per_s": round(ratios[median], 3),
+        "dask2_vs_independent_each_pair": [round(ratio, 3) for ratio in ratios],
         "in_process_cpu_us_per_token": in_process,
         "dask1_worker_cpu_us_per_token": per_token(dask1, "workers"),
         "dask2_worker_cpu_us_per_token": per_token(dask2, "workers"),
@@ -372,6 +378,8 @@ def main() -> None:
     parser.add_argument("--skip_dask", action="store_true")
     parser.add_argument("--pairs", type=int, default=3,
                         help="shards of the smallest corpus built in turn in this process and in a Dask worker")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="times the Dask 2-worker build and the 1+1 pair are measured, in turn (median kept)")
     parser.add_argument("--run", default=None, help=argparse.SUPPRESS)  # one build (internal)
     args = parser.parse_args()
     if args.run:
@@ -398,10 +406,16 @@ def main() -> None:
             if args.skip_dask:
                 continue
             dask1 = measure(f"dask, 1 worker, {size:g} MB", corpus, work, tokenizer, engine="dask", num_proc=1)
-            dask2 = measure(f"dask, 2 workers, {size:g} MB", corpus, work, tokenizer, engine="dask", num_proc=2)
-            together = measure_together(f"1+1 (independent), {size:g} MB", corpus, work, tokenizer)
-            results["runs"] += [dask1, dask2, together]
-            results["figures"].append(figures(one, dask1, dask2, together))
+            results["runs"].append(dask1)
+            pairs = []
+            for repeat in range(args.repeats):
+                tag = f" ({repeat + 1})" if args.repeats > 1 else ""
+                dask2 = measure(f"dask, 2 workers, {size:g} MB{tag}", corpus, work, tokenizer, engine="dask",
+                                num_proc=2)
+                together = measure_together(f"1+1 (independent), {size:g} MB{tag}", corpus, work, tokenizer)
+                results["runs"] += [dask2, together]
+                pairs.append((dask2, together))
+            results["figures"].append(figures(one, dask1, pairs))
         if args.pairs and not args.skip_dask:
             small = corpora[min(corpora)]
             spec = {"corpus": str(small), "tokenizer": tokenizer, "output": str(work / "out-paired"),

@@ -141,7 +141,7 @@ import hfbert.data.shards  # the build code, as a build's workers import it
 
 def facts(_task):
     return {"lazy": os.environ.get("HFBERT_LAZY_IMPORT"), "torch": "torch" in sys.modules,
-            "build_code": "hfbert.data.shards" in sys.modules}
+            "transformers": "transformers" in sys.modules, "build_code": "hfbert.data.shards" in sys.modules}
 '''
 RUN = '''
 import json, os, sys
@@ -155,9 +155,10 @@ print(json.dumps({"facts": facts, "own_env": os.environ.get("HFBERT_LAZY_IMPORT"
 '''
 
 
-def test_build_workers_import_the_build_code_without_torch_and_the_model_code(tmp_path):
+def test_build_workers_import_the_build_code_without_torch_and_transformers(tmp_path):
     """A fresh interpreter (this one's forkserver may already run): its pool's and its cluster's workers import hfbert
-    lazily, the build code without torch, while the building process keeps its own full import and environment."""
+    lazily, the build code without torch and transformers (seconds of start per build), while the building process
+    keeps its own full import and environment."""
     import json
     import subprocess
 
@@ -170,7 +171,7 @@ def test_build_workers_import_the_build_code_without_torch_and_the_model_code(tm
     assert out["own_env"] is None and out["registered"] == "HfBertConfig"
     for engine, workers in out["facts"].items():
         for worker in workers:
-            assert worker == {"lazy": "1", "torch": False, "build_code": True}, (engine, worker)
+            assert worker == {"lazy": "1", "torch": False, "transformers": False, "build_code": True}, (engine, worker)
 
 
 def test_a_lazy_import_registers_the_classes_on_first_use():

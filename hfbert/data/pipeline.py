@@ -16,7 +16,7 @@ Row order is pool-major, then duplication pass, then document; with ``shuffle=Tr
 the original shuffles its instances) the rows are shuffled with ``seed``.
 
 Where the time goes
-    Tokenization goes through :class:`~hfbert.tokenization.WordCacheEncoder` (exact `tokenizers` ids, with a
+    Tokenization goes through :class:`~hfbert.wordpiece.WordCacheEncoder` (exact `tokenizers` ids, with a
     cached fast path for printable-ASCII text); NSP slices, masks and Arrow columns are computed for a whole
     pool at once.  With ``num_proc > 1`` the pools are the units of work of :mod:`hfbert.data.engines`.
 
@@ -41,7 +41,7 @@ from tokenizers import Tokenizer
 from datasets import Dataset, DatasetInfo, Features, IterableDataset, List, Value
 from datasets.table import InMemoryTable
 
-from ..tokenization import WordCacheEncoder, _concat_ranges
+from ..wordpiece import WordCacheEncoder, _concat_ranges
 from .documents import ReadStats, split_sentences
 from .engines import run_tasks
 from .masking import MaskingSpec, continuation_table, mask_batch

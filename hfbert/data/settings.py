@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..arguments import UsageError, check_types
+from ..usage import UsageError, check_types
 from .segmenters import JiebaSegmenter, PreSegmented
 from .sources import LAYOUTS, boundary_pattern
 

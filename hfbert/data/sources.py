@@ -22,7 +22,7 @@ import datasets
 import fsspec
 from datasets import Dataset
 
-from ..arguments import UsageError
+from ..usage import UsageError
 from ..inputs import Rows, Stream, is_url, open_binary, pick_column, text_source
 from .documents import (
     CHAPTER_HEADING,
