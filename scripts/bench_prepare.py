@@ -307,6 +307,8 @@ def figures(one: dict, dask1: dict, pairs: list[tuple[dict, dict]]) -> dict:
         "dask1_worker_cpu_vs_in_process": round(per_token(dask1, "workers") / in_process, 3),
         "dask2_worker_cpu_vs_in_process": round(per_token(dask2, "workers") / in_process, 3),
         "dask2_total_cpu_vs_in_process": round(per_token(dask2) / per_token(one), 3),
+        # against the in-process builds of the same pair, minutes apart rather than the whole run
+        "dask2_worker_cpu_vs_independent": round(per_token(dask2, "workers") / per_token(together, "client"), 3),
         "dask2_scaling_vs_dask1": round(dask2["tokens_per_s"] / dask1["tokens_per_s"], 3),
         "machine_two_process_figure": round(together["tokens_per_s"] / one["tokens_per_s"], 3),
     }

@@ -28,6 +28,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 from safetensors.torch import load_file
 
 from hfbert.data import PreparedCorpus, PreparedDataError, prepare_corpus
+from hfbert.data import remote
 from hfbert.data.prepared import push_prepared
 from hfbert.data.remote import RangeCache, ShardReadError, parse_size
 from hfbert.data.sources import BUILTIN_CORPUS
@@ -172,6 +173,38 @@ def test_a_warm_cache_serves_another_process_without_reading_the_remote(local, f
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["failed"] == 0 and out["rows"] == local.rows("train", chosen)
+
+
+def _attempt_in_child(attempts, results) -> None:
+    try:
+        results.put(attempts.run(threading.get_ident, 5.0) != threading.get_ident())
+    except BaseException as err:
+        results.put(repr(err))
+
+
+def test_attempts_reuse_their_threads_and_a_call_past_its_limit_does_not_hold_the_next():
+    attempts = remote._Attempts()
+    threads = {attempts.run(threading.get_ident, 5.0) for _ in range(50)}
+    assert len(threads) == 1 and threading.get_ident() not in threads  # one reused thread, not this one
+    with pytest.raises(RuntimeError, match="refused"):
+        attempts.run(lambda: (_ for _ in ()).throw(RuntimeError("refused")), 5.0)
+    release = threading.Event()
+    began = time.monotonic()
+    with pytest.raises(TimeoutError):
+        attempts.run(lambda: release.wait(30), 0.2)
+    assert time.monotonic() - began < 2
+    assert attempts.run(lambda: 7, 5.0) == 7  # served by another thread meanwhile
+    release.set()
+    deadline = time.monotonic() + 10
+    while attempts._idle.qsize() < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert attempts._idle.qsize() == 2  # the late one rejoined the idle threads
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=_attempt_in_child, args=(attempts, results))
+    child.start()
+    assert results.get(timeout=30) is True  # a forked child starts threads of its own
+    child.join(30)
 
 
 @pytest.mark.parametrize("mode", ["hang", "raise", "short"])

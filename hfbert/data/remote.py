@@ -35,6 +35,7 @@ import hashlib
 import io
 import json
 import os
+import queue
 import re
 import struct
 import threading
@@ -93,27 +94,50 @@ def default_cache_dir() -> Path:
 # Bounded, retried reads
 
 
-def _attempt(call: Callable[[], Any], seconds: float) -> Any:
-    """``call()`` in a daemon thread, given up after ``seconds``: a read that never returns (a silent endpoint, a
-    filesystem that hangs) cannot hold the caller beyond its limit.  A given-up thread is left to end by itself
-    (the HTTP client's own timeout ends it on the Hub); as a daemon it never holds the process at exit."""
-    box: dict[str, Any] = {}
-    done = threading.Event()
+class _Attempts:
+    """Daemon threads that run bounded attempts, each reused for the next attempt once its call returns (starting a
+    thread per ranged read costs as much as a cached read).  A thread whose call outlives its limit is left to end by
+    itself (the HTTP client's own timeout ends it on the Hub) and rejoins the idle ones then; a new thread serves in
+    the meantime.  As daemons they never hold the process at exit; a forked child starts with none."""
 
-    def run() -> None:
+    def __init__(self) -> None:
+        self._idle: queue.SimpleQueue = queue.SimpleQueue()  # the inboxes of idle threads
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._idle = queue.SimpleQueue()  # the parent's threads do not exist in the child
+
+    def run(self, call: Callable[[], Any], seconds: float) -> Any:
+        """``call()`` in one of the threads, given up after ``seconds`` (``TimeoutError``)."""
         try:
-            box["value"] = call()
-        except BaseException as err:  # handed to the caller
-            box["error"] = err
-        finally:
-            done.set()
+            inbox = self._idle.get_nowait()
+        except queue.Empty:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(inbox, self._idle), name="hfbert-shard-read",
+                             daemon=True).start()
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        inbox.put((call, box, done))
+        if not done.wait(seconds):
+            raise TimeoutError(f"no answer within {seconds:.3g} s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
 
-    threading.Thread(target=run, name="hfbert-shard-read", daemon=True).start()
-    if not done.wait(seconds):
-        raise TimeoutError(f"no answer within {seconds:.3g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    @staticmethod
+    def _serve(inbox: queue.SimpleQueue, idle: queue.SimpleQueue) -> None:
+        while True:
+            call, box, done = inbox.get()
+            try:
+                box["value"] = call()
+            except BaseException as err:  # handed to the caller
+                box["error"] = err
+            done.set()
+            del call, box, done  # an idle thread holds nothing
+            idle.put(inbox)
+
+
+_attempt = _Attempts().run
 
 
 def _is_final(err: BaseException) -> bool:
@@ -197,13 +221,20 @@ class HubLocation(RemoteLocation):
         super().__init__(fs, f"datasets/{repo_id}@{commit}", url)
         self.repo_id, self.commit, self.token = repo_id, commit, token
         self.endpoint = fs.endpoint
+        self._headers: dict[str, str] | None = None  # built on the first read (the token is looked up once)
+        self._urls: dict[str, str] = {}
 
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
         from huggingface_hub import get_session, hf_hub_url
         from huggingface_hub.utils import build_hf_headers
 
-        url = hf_hub_url(self.repo_id, name, repo_type="dataset", revision=self.commit, endpoint=self.endpoint)
-        headers = build_hf_headers(token=self.token)
+        if self._headers is None:
+            self._headers = build_hf_headers(token=self.token)
+        url = self._urls.get(name)
+        if url is None:
+            url = self._urls[name] = hf_hub_url(self.repo_id, name, repo_type="dataset", revision=self.commit,
+                                                endpoint=self.endpoint)
+        headers = dict(self._headers)
         if start is not None:
             headers["Range"] = f"bytes={start}-{end - 1}"
         response = get_session().get(url, headers=headers, timeout=_TIMEOUT_OF_THREAD.get())
