@@ -95,10 +95,10 @@ def default_cache_dir() -> Path:
 
 
 class _Attempts:
-    """Daemon threads that run bounded attempts, each reused for the next attempt once its call returns (starting a
-    thread per ranged read costs as much as a cached read).  A thread whose call outlives its limit is left to end by
-    itself (the HTTP client's own timeout ends it on the Hub) and rejoins the idle ones then; a new thread serves in
-    the meantime.  As daemons they never hold the process at exit; a forked child starts with none."""
+    """Daemon threads that run bounded attempts, each reused for the next attempt once its call returns (a thread
+    started per ranged read cost about a millisecond on a busy machine).  A thread whose call outlives its limit is
+    left to end by itself (the HTTP client's own timeout ends it on the Hub) and rejoins the idle ones then; a new
+    thread serves in the meantime.  As daemons they never hold the process at exit; a forked child starts with none."""
 
     def __init__(self) -> None:
         self._idle: queue.SimpleQueue = queue.SimpleQueue()  # the inboxes of idle threads
