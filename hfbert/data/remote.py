@@ -132,9 +132,10 @@ class _Attempts:
                 box["value"] = call()
             except BaseException as err:  # handed to the caller
                 box["error"] = err
+            del call
+            idle.put(inbox)  # idle again before the caller wakes: its next attempt finds this thread
             done.set()
-            del call, box, done  # an idle thread holds nothing
-            idle.put(inbox)
+            del box, done  # an idle thread holds nothing
 
 
 _attempt = _Attempts().run
