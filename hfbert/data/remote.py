@@ -217,24 +217,18 @@ class HubLocation(RemoteLocation):
 
     def __init__(self, repo_id: str, commit: str, *, endpoint: str | None, token: str | None, url: str):
         from huggingface_hub import HfFileSystem
+        from huggingface_hub.utils import build_hf_headers
 
         fs = HfFileSystem(endpoint=endpoint, token=token)
         super().__init__(fs, f"datasets/{repo_id}@{commit}", url)
         self.repo_id, self.commit, self.token = repo_id, commit, token
         self.endpoint = fs.endpoint
-        self._headers: dict[str, str] | None = None  # built on the first read (the token is looked up once)
-        self._urls: dict[str, str] = {}
+        self._headers = build_hf_headers(token=token)  # once: it looks the token up on disk
 
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
         from huggingface_hub import get_session, hf_hub_url
-        from huggingface_hub.utils import build_hf_headers
 
-        if self._headers is None:
-            self._headers = build_hf_headers(token=self.token)
-        url = self._urls.get(name)
-        if url is None:
-            url = self._urls[name] = hf_hub_url(self.repo_id, name, repo_type="dataset", revision=self.commit,
-                                                endpoint=self.endpoint)
+        url = hf_hub_url(self.repo_id, name, repo_type="dataset", revision=self.commit, endpoint=self.endpoint)
         headers = dict(self._headers)
         if start is not None:
             headers["Range"] = f"bytes={start}-{end - 1}"
