@@ -60,6 +60,53 @@ def test_report_has_a_ratio_row_for_each_peer(quick_report):
         assert word not in text.lower()
 
 
+def test_work_ratio_is_transformers_flops_over_the_contenders(quick_report):
+    """hfbert computes vocabulary logits at the supervised positions only and the encoder on the real tokens, so it
+    does less work per step than transformers on every quick batch; transformers' ratio to itself is 1."""
+    for row in quick_report["pretraining"]:
+        assert row["hfbert"]["work_ratio"] > 1 and row["transformers"]["work_ratio"] == 1.0
+    text = bench.render(quick_report)
+    assert "| work ratio |" in text and "| 1.00x | 1.00x |" in text  # transformers: speed-up and work ratio
+    config = bench.model_config("mini", 500, quick=True)
+    call = {"tokens": 50, "rows": 4, "width": 16, "supervised": 8}  # 14 of the 64 positions are padding
+    assert bench.contender_flops(config, "transformers", call) == bench.train_flops(config, 64, 16, 4, 8, True)
+    assert bench.contender_flops(config, "hfbert", call) == bench.train_flops(config, 50, 16, 4, 8, False)
+    assert bench.contender_flops(config, "hfbert+compile", call) == bench.train_flops(config, 64, 16, 4, 8, False)
+    assert bench.work_ratio(config, "hfbert eager", [call]) == pytest.approx(
+        bench.train_flops(config, 64, 16, 4, 8, True) / bench.train_flops(config, 50, 16, 4, 8, False))
+
+
+def test_a_row_per_attention_backend(tmp_path):
+    report = _quick(tmp_path, "--sections", "a,b", "--lengths", "16", "--attn_implementations", "eager,sdpa")
+    backends = {"hfbert eager": "eager", "hfbert": "sdpa", "transformers": "sdpa"}
+    (row,) = report["pretraining"]
+    assert row["contenders"] == list(backends)
+    assert len({tuple(row[name]["batch_digests"]) for name in backends}) == 1  # the same batches, alternated
+    for name, backend in backends.items():
+        assert row[name]["attn_implementation"] == backend and _positive_finite(row[name]["tokens_per_s"])
+        assert _positive_finite(row[name]["peak_memory_mb"]) and row[name]["work_ratio"] >= 1
+    assert _positive_finite(row["hfbert eager"]["speedup"]) and row["speedup"] == row["hfbert"]["speedup"]
+    for row in report["inference"]:
+        for name in ("hfbert eager", "hfbert"):
+            assert row[name]["attn_implementation"] == backends[name]
+            assert _positive_finite(row[name]["tokens_per_s"]) and _positive_finite(row[name]["speedup"])
+    mixed = report["inference"][-1]
+    assert mixed["contenders"] == ["hfbert eager", "hfbert", "transformers", "hfbert eager padding_free",
+                                   "hfbert padding_free"]
+    assert mixed["hfbert eager padding_free"]["attn_implementation"] == "eager"
+    text = bench.render(report)
+    assert "| hfbert eager |" in text and "| hfbert eager, padding_free |" in text
+
+
+def test_an_unknown_attention_backend_is_refused_by_name(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--attn_implementations", "sdpa,flash_attn", "--output", str(tmp_path / "never.json")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("hfbert bench: error: --attn_implementations")
+    assert "'flash_attn'" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "never.json").exists()
+
+
 def test_repeated_inputs_really_repeat(tmp_path):
     report = _quick(tmp_path, "--sections", "a", "--repeated_inputs", "--lengths", "16")
     for row in report["pretraining"]:
@@ -101,6 +148,8 @@ def test_compiled_contenders_are_peer_rows_with_their_compile_time(tmp_path, mon
         for name in ("hfbert+compile", "transformers+compile"):
             assert _positive_finite(row[name]["speedup"]) and row[name]["compile_s"] >= 0
             assert len(row[name]["warmup_s"]) == bench.WARMUP_STEPS
+        assert row["transformers+compile"]["work_ratio"] == 1.0  # compiled hfbert runs the padded encoder:
+        assert 1 < row["hfbert+compile"]["work_ratio"] <= row["hfbert"]["work_ratio"]  # only the head saves work
     text = bench.render(report)
     assert "| transformers + torch.compile |" in text and "| hfbert + torch.compile |" in text
 

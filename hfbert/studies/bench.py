@@ -11,6 +11,10 @@ c. data pipeline tokens/s (tokenize + build NSP pairs + mask) for 1 and 2 proces
    1-process builds started together (what the machine gives two processes; ``hfbert.studies.data_bench``);
 d. WordPiece training MB/s (``hfbert.tokenization.train_wordpiece``).
 
+In a and b hfbert runs once per attention backend of ``--attn_implementations`` (default sdpa, the row "hfbert";
+the others are "hfbert eager", "hfbert flex_attention"), each a copy with the same weights and its own optimizer;
+transformers and the compiled rows stay on sdpa.
+
 Inputs. Every timed step gets a new batch, as in training: NSP pairs built from the corpus (the shipped Austen
 novels, or ``--corpus``) by ``hfbert.data.build_pretraining_dataset``, drawn in a seeded random order and masked
 afresh by ``DataCollatorForBertPretraining``, so row lengths, padding width and the masked positions change from
@@ -28,6 +32,12 @@ ratios against transformers without compilation: the runs of a round are adjacen
 so a slow spell of the machine affects both (the ratio of the medians is in the JSON too). Tokens are real
 (non-padding) tokens.
 
+Work ratio. Each pretraining row also carries transformers' model FLOPs per step over the contender's on the same
+batches (``contender_flops``: transformers runs the encoder on every padded position and computes vocabulary logits
+at every position; hfbert runs the encoder on the real tokens, the padded ones when compiled, and the logits at the
+supervised positions only). It is the speed-up the contender would have at equal FLOP efficiency, so beside the
+measured speed-up it shows how much of a lead is less work and how much is faster work.
+
 Memory. Peak tensor memory is the largest amount of tensor memory live at any moment of one training step: the
 bytes held before the step (parameters and AdamW state, identical on both sides) plus the peak of the running sum
 of every allocation and free recorded by ``torch.profiler`` (``profile_memory=True``) during that step (on CUDA:
@@ -39,7 +49,12 @@ torch.compile. Compiled contenders compile on their first step and again when a 
 shapes); ``compile_s`` is the wall time of the two warm-up steps minus two median steps. Compiling takes minutes
 for the larger presets on a small CPU, which is why ``--compile_presets`` defaults to the two smallest.
 
-On CUDA (``--device cuda``) the step runs under bf16 autocast with SDPA; the JSON then also carries the model FLOPs
+flex_attention. FlexAttention compiles its kernel on the first calls too; ``first_steps_s`` is the same difference
+for its rows. torch's FlexAttention has no backward on CPU, so there its pretraining row is not run (the report's
+``not_run`` says so); on CUDA it trains with attention-probability dropout off, as transformers' flex backend takes
+no dropout (the row's ``attention_dropout`` is 0).
+
+On CUDA (``--device cuda``) the step runs under bf16 autocast; the JSON then also carries the model FLOPs
 utilisation of each run when ``--peak_tflops`` is given.
 """
 
@@ -73,7 +88,7 @@ from .. import __version__
 from ..arguments import CommandParser, UsageError, run_command
 from ..configuration_hfbert import HfBertConfig
 from ..data import (CHAPTER_HEADING, DataCollatorForBertPretraining, build_pretraining_dataset, split_sentences)
-from ..modeling_hfbert import HfBertForPreTraining, HfBertModel
+from ..modeling_hfbert import HfBertForPreTraining, HfBertModel, HfBertSelfAttention
 from ..tokenization import train_wordpiece
 from . import data_bench
 
@@ -90,6 +105,8 @@ DEFAULT_COMPILE_PRESETS = "mini,small"
 WARMUP_STEPS = 2  # the first compiles, the second meets a new shape (dynamic shapes); eager runs the same two
 PEERS = ("hfbert", "transformers", "hfbert+compile", "transformers+compile")
 BASELINE = "transformers"
+# Attention backends hfbert can be timed with (--attn_implementations); sdpa is the one transformers runs with.
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
 QUICK_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                     max_position_embeddings=512)
 
@@ -118,6 +135,10 @@ class BenchArguments:
         metadata={"help": "section a: which of hfbert, transformers, hfbert+compile, transformers+compile run (the "
                           "compiled ones only for --compile_presets; one alone in a process shows its own memory "
                           "growth; speed-ups need transformers)"})
+    attn_implementations: str = field(
+        default="sdpa",
+        metadata={"help": "sections a and b: comma-separated attention backends hfbert is timed with, a row each "
+                          "(some of eager, sdpa, flex_attention; transformers and the compiled rows stay on sdpa)"})
     batch_size: int | None = field(
         default=None, metadata={"help": "batch size at every size (default: per preset, fewer rows at longer lengths)"})
     repeats: int = field(default=5, metadata={"help": "timed rounds per comparison (medians reported)"})
@@ -169,6 +190,10 @@ class BenchArguments:
         bad = [c for c in _names(self.contenders) if c not in PEERS]
         if bad or not _names(self.contenders):
             raise UsageError(f"--contenders: unknown or no contender(s) {bad}; expected some of {list(PEERS)}")
+        bad = [a for a in _names(self.attn_implementations) if a not in ATTN_IMPLEMENTATIONS]
+        if bad or not _names(self.attn_implementations):
+            raise UsageError(f"--attn_implementations: unknown or no backend(s) {bad}; expected some of "
+                             f"{list(ATTN_IMPLEMENTATIONS)}")
         if not _names(self.presets):
             raise UsageError("--presets: give at least one preset")
         try:
@@ -212,6 +237,10 @@ class BenchArguments:
 
     def length_list(self) -> list[int]:
         return [int(n) for n in _names(self.lengths)]
+
+    def backends(self) -> list[str]:
+        """The attention backends hfbert runs with, in the order given, each once."""
+        return list(dict.fromkeys(_names(self.attn_implementations)))
 
     def grid(self) -> list[tuple[str, int]]:
         """(preset, length) pairs: every preset at lengths up to 128, the long presets also above."""
@@ -541,6 +570,51 @@ def train_flops(config, tokens: int, width: int, rows: int, supervised: int, voc
     return 3 * 2 * (tokens * per_token + head_rows * (d * d + d * config.vocab_size))
 
 
+def contender_flops(config, name: str, call: dict) -> float:
+    """Model FLOPs of one training step of contender ``name`` on the batch ``call`` describes, counted as that side
+    computes it: transformers runs the encoder on every padded position and the vocabulary logits at every
+    position; hfbert runs the encoder on the real tokens and the logits at the supervised positions only, and
+    compiled it runs the padded encoder (see ``hfbert.modeling_hfbert``)."""
+    ours = name.startswith("hfbert")
+    encoder = call["tokens"] if ours and not name.endswith("+compile") else call["rows"] * call["width"]
+    return train_flops(config, encoder, call["width"], call["rows"], call["supervised"],
+                       vocab_logits_everywhere=not ours)
+
+
+def work_ratio(config, name: str, calls: list[dict]) -> float | None:
+    """transformers' model FLOPs over the contender's on the same batches: the speed-up the contender would have
+    if both sides turned FLOPs into time equally well."""
+    ours = sum(contender_flops(config, name, c) for c in calls)
+    return _ratio(sum(contender_flops(config, BASELINE, c) for c in calls), ours)
+
+
+def backend_contender(backend: str) -> str:
+    """The name of hfbert's row with attention ``backend``: plain "hfbert" for sdpa, the backend transformers runs
+    with, so that one keeps the name it has without --attn_implementations."""
+    return "hfbert" if backend == "sdpa" else f"hfbert {backend}"
+
+
+def with_attention(model, backend: str):
+    """``model`` itself for sdpa, else a copy of it (the same weights) running attention with ``backend``."""
+    if backend == "sdpa":
+        return model
+    model = copy.deepcopy(model)
+    model.set_attn_implementation(backend)
+    return model
+
+
+def _without_attention_dropout(model) -> None:
+    """Attention-probability dropout off (transformers' flex_attention takes no dropout when training)."""
+    for module in model.modules():
+        if isinstance(module, HfBertSelfAttention):
+            module.dropout.p = 0.0
+
+
+def _compiles_first(name: str) -> bool:
+    """Whether the contender compiles kernels on its first steps (torch.compile; FlexAttention per shape)."""
+    return name.endswith("+compile") or "flex_attention" in name
+
+
 def _compile_counter() -> int | None:
     """Graphs dynamo has compiled so far in this process (None if torch no longer exposes the counter)."""
     try:
@@ -629,6 +703,9 @@ def _contender_row(contender: Contender, times: list[float], warmups: list[float
            **contender.memory(WARMUP_STEPS)}
     if contender.name.endswith("+compile"):
         row["compile_s"] = max(0.0, sum(warmups) - len(warmups) * seconds)
+    elif _compiles_first(contender.name):  # FlexAttention compiles its kernel for the first shapes it meets
+        row["first_steps_s"] = max(0.0, sum(warmups) - len(warmups) * seconds)
+    if _compiles_first(contender.name):
         row["graphs_compiled_warmup"], row["graphs_compiled_timed"] = contender.graphs(WARMUP_STEPS)
     if contender.name != BASELINE and baseline is not None:
         row["speedup"] = paired_speedup(baseline, times)
@@ -641,7 +718,18 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
     config = model_config(preset, args.vocab_size, args.quick)
     hf, tf = twins(HfBertForPreTraining, transformers.BertForPreTraining, config, device, args.seed)
     wanted = _names(args.contenders)
-    models = {name: model for name, model in (("hfbert", hf), ("transformers", tf)) if name in wanted}
+    models, backends, not_run = {}, {}, {}
+    if "hfbert" in wanted:  # a row per attention backend, each model a copy with the same weights
+        for backend in args.backends():
+            name = backend_contender(backend)
+            if backend == "flex_attention" and device.type == "cpu":
+                not_run[name] = "torch's FlexAttention has no backward on CPU"
+                continue
+            models[name], backends[name] = with_attention(hf, backend), backend
+            if backend == "flex_attention":
+                _without_attention_dropout(models[name])
+    if "transformers" in wanted:
+        models["transformers"] = tf
     if compiled:  # their own copies (same initial weights), so each optimizer moves only its contender's weights
         # As `hfbert pretrain --torch_compile` does: counts read from the data (the supervised rows) are traced as
         # symbols instead of breaking the graph, for both contenders.
@@ -653,7 +741,7 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
     del hf, tf
     if not models:
         raise UsageError(f"--contenders {args.contenders}: none of them runs for {preset} (compiled contenders "
-                         "run only for --compile_presets)")
+                         f"run only for --compile_presets){''.join(f'; {n}: {r}' for n, r in not_run.items())}")
     # The same optimizer on every side; the fused kernel is the fastest torch offers on CPU and CUDA alike.
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True) for name, model in models.items()}
 
@@ -678,6 +766,10 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
               "widths": sorted({c["width"] for c in calls}), "contenders": list(models)}
     for name, contender in contenders.items():
         result[name] = _contender_row(contender, times[name], warmups[name], times.get(BASELINE))
+        result[name]["attn_implementation"] = backends.get(name, "sdpa")
+        if backends.get(name) == "flex_attention":
+            result[name]["attention_dropout"] = 0.0
+        result[name]["work_ratio"] = work_ratio(config, name, contender.timed(WARMUP_STEPS))
         if device.type == "cuda" and args.peak_tflops:
             flops = sum(train_flops(config, c["tokens"], c["width"], c["rows"], c["supervised"],
                                     vocab_logits_everywhere=name.startswith("transformers"))
@@ -690,6 +782,8 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
     if "hfbert" in models and BASELINE in models:
         result["speedup"] = result["hfbert"]["speedup"]
         result["memory_ratio"] = _ratio(result["hfbert"]["peak_memory_mb"], result[BASELINE]["peak_memory_mb"])
+    if not_run:
+        result["not_run"] = not_run
     result["process_peak_rss_mb"] = _mb(peak_resident_bytes())
     del models, optimizers, contenders, stream
     return result
@@ -697,26 +791,33 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
 
 def bench_inference(preset: str, draw: Callable[[], list[dict]], kind: str, args: BenchArguments,
                     device: torch.device, padding_free: bool) -> dict:
-    """tokens/s of the bare encoder, a new set of batches every run; hfbert runs as configured by default and,
-    with ``padding_free``, also with ``config.padding_free = True`` (padding positions skipped)."""
+    """tokens/s of the bare encoder, a new set of batches every run; hfbert runs once per attention backend of
+    ``--attn_implementations`` as configured by default and, with ``padding_free``, each also with
+    ``config.padding_free = True`` (padding positions skipped)."""
     config = model_config(preset, args.vocab_size, args.quick)
     ours, theirs = twins(HfBertModel, transformers.BertModel, config, device, args.seed)
     ours.eval(), theirs.eval()
+    backends = {backend_contender(b): b for b in args.backends()}
+    hfbert_models = {name: with_attention(ours, backend) for name, backend in backends.items()}
 
     def forward(model, skip_padding: bool, batches: list[dict]) -> None:
-        if model is ours:
-            ours.config.padding_free = skip_padding
+        if model is not theirs:
+            model.config.padding_free = skip_padding
         with torch.inference_mode(), _autocast(device):
             for batch in batches:
                 model(**batch)
 
-    runs = {"hfbert": partial(forward, ours, False), "transformers": partial(forward, theirs, False)}
+    runs = {name: partial(forward, model, False) for name, model in hfbert_models.items()}
+    runs["transformers"] = partial(forward, theirs, False)
     if padding_free:
-        runs["hfbert padding_free"] = partial(forward, ours, True)
+        for name, model in hfbert_models.items():
+            runs[f"{name} padding_free"] = partial(forward, model, True)
+            backends[f"{name} padding_free"] = backends[name]
     stream = BatchStream(draw, runs, args.repeated_inputs)
     contenders = {name: Contender(name, run, stream, device, _inference_stats) for name, run in runs.items()}
     times, warmups = alternate(contenders, args.repeats, warmup=WARMUP_STEPS, min_seconds=args.min_seconds)
-    ours.config.padding_free = False
+    for model in hfbert_models.values():
+        model.config.padding_free = False
     calls = contenders[BASELINE].timed(WARMUP_STEPS)
     tokens, padded_tokens = sum(c["tokens"] for c in calls), sum(c["padded"] for c in calls)
     result = {"preset": preset, "lengths": kind, "batches_per_run": calls[0]["batches"],
@@ -726,9 +827,11 @@ def bench_inference(preset: str, draw: Callable[[], list[dict]], kind: str, args
               "contenders": list(runs)}
     for name, contender in contenders.items():
         result[name] = _contender_row(contender, times[name], warmups[name], times[BASELINE])
-    result["speedup"] = result["hfbert"]["speedup"]
-    if padding_free:
-        result["speedup_padding_free"] = result["hfbert padding_free"]["speedup"]
+        result[name]["attn_implementation"] = backends.get(name, "sdpa")
+    if "hfbert" in result:
+        result["speedup"] = result["hfbert"]["speedup"]
+        if padding_free:
+            result["speedup_padding_free"] = result["hfbert padding_free"]["speedup"]
     return result
 
 
@@ -822,25 +925,45 @@ PEER_LABELS = {"hfbert": "hfbert", "transformers": "transformers", "hfbert+compi
                "transformers+compile": "transformers + torch.compile", "hfbert padding_free": "hfbert, padding_free"}
 
 
+def label(name: str, row: dict | None = None) -> str:
+    """A contender's name in the tables: "hfbert eager padding_free" reads "hfbert eager, padding_free"; a row
+    that ran without attention dropout says so."""
+    text = PEER_LABELS.get(name) or name.replace(" padding_free", ", padding_free")
+    if row is not None and row.get("attention_dropout") == 0.0:
+        text += " (no attention dropout)"
+    return text
+
+
+def _first_steps(name: str, row: dict) -> str:
+    """The compile column: compile s of torch.compile, the first steps' extra time of FlexAttention, else '-'."""
+    if not _compiles_first(name):
+        return "-"
+    return _fmt(row.get("compile_s", row.get("first_steps_s")), ".0f")
+
+
 def render(report: dict) -> str:
     """The report as Markdown tables (the same text goes to the terminal)."""
     inputs = "one batch repeated" if report.get("settings", {}).get("repeated_inputs") else "a new batch every step"
     lines = []
     if report.get("pretraining"):
         lines += [f"Pretraining step (forward + backward + AdamW), {inputs}; speed-up = transformers' step time over "
-                  "the contender's, median of per-round ratios", "",
-                  "| preset | length | batch | real tokens | contender | tokens/s | speed-up | compile s | "
-                  "peak MiB | RSS growth MiB |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "the contender's, median of per-round ratios; work ratio = transformers' model FLOPs per step over "
+                  "the contender's (the speed-up at equal FLOP efficiency)", "",
+                  "| preset | length | batch | real tokens | contender | tokens/s | speed-up | work ratio "
+                  "| compile s | peak MiB | RSS growth MiB |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        not_run: dict[str, str] = {}
         for r in report["pretraining"]:
             for name in r["contenders"]:
                 c = r[name]
                 lines.append(
                     f"| {r['preset']} | {r['length']} | {r['batch_size']} | {_fmt(r['tokens_per_batch'], '.0f')} "
-                    f"| {PEER_LABELS[name]} | {_fmt(c['tokens_per_s'], '.0f')} "
+                    f"| {label(name, c)} | {_fmt(c['tokens_per_s'], '.0f')} "
                     f"| {_fmt(c.get('speedup', 1.0 if name == BASELINE else None), suffix='x')} "
-                    f"| {_fmt(c.get('compile_s'), '.0f') if name.endswith('+compile') else '-'} "
+                    f"| {_fmt(c.get('work_ratio'), suffix='x')} | {_first_steps(name, c)} "
                     f"| {_fmt(c['peak_memory_mb'], '.0f')} | {_fmt(c['rss_growth_mb'], '+.0f')} |")
+            not_run.update(r.get("not_run", {}))
+        lines += [f"Not run: {label(name)} ({reason})." for name, reason in not_run.items()]
         lines.append("")
     if report.get("inference"):
         lines += [f"Inference (bare encoder), {inputs}", "",
@@ -850,7 +973,7 @@ def render(report: dict) -> str:
             for name in r["contenders"]:
                 c = r[name]
                 lines.append(f"| {r['preset']} | {r['lengths']} | {r['max_length']} "
-                             f"| {_fmt(100 * r['padding_fraction'], '.0f')}% | {PEER_LABELS[name]} "
+                             f"| {_fmt(100 * r['padding_fraction'], '.0f')}% | {label(name, c)} "
                              f"| {_fmt(c['tokens_per_s'], '.0f')} "
                              f"| {_fmt(c.get('speedup', 1.0 if name == BASELINE else None), suffix='x')} |")
         lines.append("")
@@ -875,6 +998,12 @@ def render(report: dict) -> str:
 # ----------------------------------------------------------------------------------------------- command
 
 
+def _speedups(row: dict) -> str:
+    """One line of progress: every contender's speed-up over transformers."""
+    return ", ".join(f"{label(n, row[n])} {_fmt(row[n].get('speedup'), suffix='x')}" for n in row["contenders"]
+                     if n != BASELINE)
+
+
 def run(args: BenchArguments) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -897,9 +1026,7 @@ def run(args: BenchArguments) -> dict:
                 row = bench_pretraining(preset, length, args.batch_size_for(preset, length), corpus, args, device,
                                         compiled)
                 report["pretraining"].append(row)
-                print(f"[a] {preset} @{length}: " + ", ".join(
-                    f"{PEER_LABELS[n]} {_fmt(row[n].get('speedup'), suffix='x')}" for n in row["contenders"]
-                    if n != BASELINE), flush=True)
+                print(f"[a] {preset} @{length}: " + _speedups(row), flush=True)
         if "b" in sections:
             report["inference"] = []
             sentences = corpus.sentences(max(args.length_list()))
@@ -910,13 +1037,12 @@ def run(args: BenchArguments) -> dict:
                                         args.seed)
                     row = bench_inference(preset, draw, f"uniform {length}", args, device, padding_free=False)
                     report["inference"].append(row)
-                    print(f"[b] {preset} uniform @{length}: {_fmt(row['speedup'], suffix='x')}", flush=True)
+                    print(f"[b] {preset} uniform @{length}: " + _speedups(row), flush=True)
                 draw = sentence_draw(sentences, batch_size, args.inference_batches, corpus.tokenizer.pad_token_id,
                                      args.seed)
                 row = bench_inference(preset, draw, "mixed", args, device, padding_free=True)
                 report["inference"].append(row)
-                print(f"[b] {preset} mixed: {_fmt(row['speedup'], suffix='x')} default, "
-                      f"{_fmt(row.get('speedup_padding_free'), suffix='x')} padding_free", flush=True)
+                print(f"[b] {preset} mixed: " + _speedups(row), flush=True)
         if "c" in sections:
             report["data_pipeline"] = bench_pipeline(corpus, args)
             print("[c] data pipeline done", flush=True)
