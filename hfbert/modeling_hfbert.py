@@ -30,8 +30,9 @@ Deliberate differences from ``transformers.BertModel`` (outputs and losses are o
 * Padding is skipped where nothing returned depends on it (``unpadding_hfbert.PackedRows``): the pretraining and
   masked-LM heads with labels, and the sequence-level heads, run the encoder on the R real tokens only (rounded up
   to one of a few row counts, so that a long run meets a small fixed set of shapes). The rows stay packed from the
-  embeddings to the last layer; FlashAttention takes them as they are, while the eager, sdpa and flex backends get
-  them back in the padded (B, N, T, H) layout for the attention product alone and pack its output again.
+  embeddings to the last layer. FlashAttention takes them as they are (``cu_seqlens``) and flex attention as one
+  sequence with a document mask; eager and sdpa get them back in the padded (B, N, T, H) layout for the attention
+  product alone and pack its output again (flex too on CPU; the cost is in ``unpadding_hfbert``).
   ``config.padding_free = True`` (default False) does the same for the bare encoder and the per-token heads, whose
   outputs are then 0 at padding positions; by default they compute padding positions as transformers does.
   Asking for hidden states or attentions, or compiling the model, runs the padded computation.

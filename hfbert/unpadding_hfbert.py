@@ -2,9 +2,14 @@
 
 A padded batch (B, T) holds R <= B * T real tokens. Packed, the encoder's linear layers, LayerNorms and feed-forward
 run on (R, D) rows instead of (B, T, D), so a batch costs about its real tokens. Attention is the one place that needs
-to know where each row came from: FlashAttention takes the packed rows as they are (its variable-length form, with
-``cu_seqlens`` marking where each sequence starts); every other backend gets them back as (B, N, T, H) with zeros at
-the padding positions, which the padding mask hides, and returns its output packed again.
+to know where each row came from. FlashAttention takes the packed rows as they are (its variable-length form, with
+``cu_seqlens`` marking where each sequence starts); flex attention on a GPU takes them as one packed sequence with a
+document mask (a row sees the rows of its own sequence, :meth:`PackedRows.document_mask`; on CPU torch cannot compile
+that mask, :func:`flex_takes_packed_rows`). Eager and sdpa get them back as
+(B, N, T, H) with zeros at the padding positions, which the padding mask hides, and return their output packed
+again: eager because it returns (B, N, T, T) probabilities, sdpa because transformers' sdpa function takes dense
+tensors only (torch's jagged-tensor SDPA, the other way to keep rows packed, ran 10-15x slower than the padded call
+on CPU). What the re-padding costs is measured in ``docs/bench.md``.
 
 The number of rows is rounded up to one of a few sizes (at most 1/8 more rows, :func:`bucket`) by adding padding
 positions as rows: their rows are computed like any padding position, hidden from attention as keys (for
@@ -17,10 +22,11 @@ This file travels to the Hub as remote code with ``modeling_hfbert.py``: it impo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from transformers.utils.generic import is_flash_attention_requested
 
 
@@ -29,6 +35,13 @@ def bucket(rows: int) -> int:
     doubling, at most 1/8 extra."""
     step = max(64, 1 << max(rows.bit_length() - 4, 0))
     return -(-rows // step) * step
+
+
+def flex_takes_packed_rows(device: torch.device) -> bool:
+    """Whether flex attention gets the packed rows with a document mask on ``device``: not on CPU, where torch's
+    compiled flex kernel fails to build for that mask (a C++ compile error in inductor's CPU template, torch 2.13),
+    so there flex attention gets the padded layout like sdpa."""
+    return device.type != "cpu"
 
 
 @dataclass
@@ -43,6 +56,7 @@ class PackedRows:
     batch: int
     length: int
     real: int  # R
+    _document_mask: BlockMask | None = field(default=None, init=False, repr=False)  # built on first use, then reused
 
     @classmethod
     def from_mask(cls, attention_mask: torch.Tensor | None) -> PackedRows | None:
@@ -81,16 +95,35 @@ class PackedRows:
         padded = x.new_zeros(self.batch * self.length, *x.shape[1:])
         return padded.index_copy(0, indices, x).view(self.batch, self.length, *x.shape[1:])
 
+    def document_mask(self) -> BlockMask:
+        """flex attention's mask over the R' packed rows as one sequence: a row attends to the rows of its own
+        sequence only (the rounding rows form a sequence of their own). Built once per batch, shared by the layers."""
+        if self._document_mask is None:
+            rows = len(self.indices)
+            sequence = torch.repeat_interleave(  # (R',) which sequence each row belongs to
+                torch.arange(len(self.cu_seqlens) - 1, device=self.indices.device), self.cu_seqlens.diff(),
+                output_size=rows)
+
+            def same_sequence(batch, head, query_row, key_row):
+                return sequence[query_row] == sequence[key_row]
+
+            self._document_mask = create_block_mask(same_sequence, None, None, rows, rows, device=sequence.device)
+        return self._document_mask
+
     def attention(self, attention: Callable, module, query, key, value, attention_mask, **kwargs):
         """``attention`` (a transformers attention function) over packed (R', N, H) rows -> context (R', N, H), and the
         attention probabilities if the backend returns them. ``attention_mask`` is the padded batch's mask."""
-        if is_flash_attention_requested(module.config):
-            query, key, value = (x.transpose(0, 1).unsqueeze(0) for x in (query, key, value))  # (1, N, R, H)
-            context, probs = attention(
-                module, query, key, value, None,
-                cu_seq_lens_q=self.cu_seqlens, cu_seq_lens_k=self.cu_seqlens,
-                max_length_q=self.max_seqlen, max_length_k=self.max_seqlen, **kwargs,
-            )
+        flash = is_flash_attention_requested(module.config)
+        if flash or (module.config._attn_implementation == "flex_attention" and flex_takes_packed_rows(query.device)):
+            query, key, value = (x.transpose(0, 1).unsqueeze(0) for x in (query, key, value))  # (1, N, R', H)
+            if flash:
+                context, probs = attention(
+                    module, query, key, value, None,
+                    cu_seq_lens_q=self.cu_seqlens, cu_seq_lens_k=self.cu_seqlens,
+                    max_length_q=self.max_seqlen, max_length_k=self.max_seqlen, **kwargs,
+                )
+            else:
+                context, probs = attention(module, query, key, value, self.document_mask(), **kwargs)
             return context.squeeze(0), probs  # (1, R', N, H) -> (R', N, H)
         query, key, value = (self.unpack(x).transpose(1, 2) for x in (query, key, value))  # (B, N, T, H)
         context, probs = attention(module, query, key, value, attention_mask, **kwargs)  # (B, T, N, H)

@@ -282,3 +282,35 @@ def test_packed_row_counts_come_in_a_few_sizes_and_the_extra_rows_change_nothing
     bare = HfBertModel(HfBertConfig(**TINY, padding_free=True))
     out = bare(**inputs)
     assert (out.last_hidden_state[inputs["attention_mask"] == 0] == 0).all()  # no rounding row is returned
+
+
+def test_packed_rows_reach_flex_attention_as_one_sequence_with_a_document_mask(monkeypatch):
+    """flex attention takes the packed rows as they are, with a mask that lets a row see its own sequence only; the
+    outputs equal the padded computation's. This is the GPU's path: torch's compiled CPU flex kernel cannot be built
+    for the mask (and is inexact on some CPUs, see above), so this runs flex attention uncompiled, on the CPU; what is
+    tested is hfbert's packing and mask, not the kernel."""
+    import transformers.integrations.flex_attention as flex_integration
+    from torch.nn.attention.flex_attention import flex_attention
+
+    monkeypatch.setattr(flex_integration, "compile_friendly_flex_attention",
+                        lambda query, key, value, training=False, **kwargs: flex_attention(query, key, value, **kwargs))
+    monkeypatch.setattr(unpadding_hfbert, "flex_takes_packed_rows", lambda device: True)  # a GPU's choice
+    masks = []
+    document_mask = unpadding_hfbert.PackedRows.document_mask
+    monkeypatch.setattr(unpadding_hfbert.PackedRows, "document_mask",
+                        lambda self: masks.append(document_mask(self)) or masks[-1])
+    model, _ = twin(HfBertForPreTraining)
+    inputs, labels = padded_batch(HfBertForPreTraining)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that uncompiled flex attention is for debugging
+        reference = model(**inputs, labels=labels)
+        model.set_attn_implementation("flex_attention")
+        packed = model(**inputs, labels=labels)
+    assert len(masks) == TINY["num_hidden_layers"] and all(m is masks[0] for m in masks)  # built once per batch
+    for name in ("prediction_logits", "seq_relationship_logits"):
+        torch.testing.assert_close(packed[name], reference[name], atol=1e-5, rtol=1e-5, msg=name)
+    rows = unpadding_hfbert.PackedRows.from_mask(inputs["attention_mask"])
+    sequence = torch.repeat_interleave(torch.arange(len(rows.cu_seqlens) - 1), rows.cu_seqlens.diff())
+    positions = torch.arange(len(rows.indices))
+    dense = masks[0].mask_mod(0, 0, positions[:, None], positions[None, :])
+    assert torch.equal(dense, sequence[:, None] == sequence[None, :])  # block diagonal: one block per sequence
