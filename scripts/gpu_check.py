@@ -6,7 +6,8 @@ transformers' BERT, with model FLOPs utilisation. Written for one H100/H200, und
 Pretraining (BERT-Base, vocabulary 30522, bf16 autocast over float32 weights, fused AdamW, a fresh batch every step:
 full rows except 10% shorter ones, 15% of the tokens masked): hfbert with ``eager``, ``sdpa``, ``flex_attention``
 and, where the kernel is installed, ``flash_attention_2`` (the packed rows then run FlashAttention's variable-length
-kernel); ``sdpa_padded`` is hfbert computing every padding position, for attribution; transformers'
+kernel, and flex_attention takes them as one sequence with a document mask); ``sdpa_padded`` and
+``flex_attention_padded`` are hfbert computing every padding position, for attribution; transformers'
 ``BertForPreTraining`` with ``sdpa`` and ``flash_attention_2``. Attention dropout is 0 for every row, since
 flex_attention takes none. Inference: the bare encoder in bf16 on batches of sentence-like lengths padded to their
 longest row, hfbert as configured and with ``padding_free=True``, against transformers.
@@ -168,7 +169,8 @@ def contenders(args, flash: bool) -> list[tuple[str, str, str]]:
     rows = [("hfbert eager", "hfbert", "eager"), ("hfbert sdpa", "hfbert", "sdpa"),
             ("hfbert sdpa_padded", "hfbert", "sdpa")]
     if not args.allow_cpu:
-        rows.append(("hfbert flex_attention", "hfbert", "flex_attention"))
+        rows += [("hfbert flex_attention (packed, document mask)", "hfbert", "flex_attention"),
+                 ("hfbert flex_attention_padded", "hfbert", "flex_attention")]
     if flash:
         rows.append(("hfbert flash_attention_2 (packed varlen)", "hfbert", "flash_attention_2"))
     rows.append(("transformers sdpa", "transformers", "sdpa"))
@@ -193,7 +195,7 @@ def pretraining_row(name, library, backend, config, batches, args, device) -> di
     model = build(library, config, backend, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-    padded = padded_encoder() if name.endswith("sdpa_padded") else contextlib.nullcontext()
+    padded = padded_encoder() if name.endswith("_padded") else contextlib.nullcontext()
     times, losses = [], []
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
