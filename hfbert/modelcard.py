@@ -106,7 +106,7 @@ def write_model_card(output_dir: str | Path, template: str | Path = "finetuned.m
 
 
 def render_pretrained_card(*, config, model_config, stats: dict, metrics: dict, phases, curve: Path | None,
-                           fill_mask: list[dict], fill_mask_text: str, model_name: str | None = None) -> ModelCard:
+                           fill_mask: list[dict], model_name: str | None = None) -> ModelCard:
     """The ``ModelCard`` of a finished ``hfbert pretrain`` run (``config``: its settings)."""
     data = ModelCardData(
         library_name="transformers",
@@ -137,7 +137,6 @@ def render_pretrained_card(*, config, model_config, stats: dict, metrics: dict, 
         metrics=metrics,
         curve=curve.name if curve else None,
         fill_mask=fill_mask,
-        fill_mask_text=fill_mask_text,
     )
 
 

@@ -267,9 +267,19 @@ def test_output_folder_has_the_hub_files(straight_run):
     card = (output_dir / "README.md").read_text()
     assert "library_name: transformers" in card and "- hfbert" in card and "license: apache-2.0" in card
     assert "MLM accuracy" in card and "loss_curve.png" in card and "Limitations" in card
+    answers = ", ".join(f"`{r['token']}` ({r['score']:.3f})" for r in result.fill_mask[0]["answers"])
+    assert f"| She was [MASK] happy. | {answers} |" in card  # every prompt with its five answers
     metrics = json.loads((output_dir / "metrics.json").read_text())
     assert metrics == result.metrics and 0.0 <= metrics["eval_mlm_accuracy"] <= 1.0
     assert metrics["eval_nsp_baseline_majority_class"] >= 0.5
+
+
+def test_the_default_fill_mask_prompts_are_three_sentences_and_one_string_is_a_list_of_one():
+    prompts = PretrainConfig().fill_mask_text
+    assert len(prompts) == 3 and all(text.count("[MASK]") == 1 for text in prompts)
+    assert PretrainConfig(fill_mask_text="She was [MASK] happy.").fill_mask_text == ["She was [MASK] happy."]
+    with pytest.raises(ConfigError, match="fill_mask_text must contain \\[MASK\\]"):
+        PretrainConfig(fill_mask_text=["She was [MASK] happy.", "no mask here"])
 
 
 def test_auto_class_and_fill_mask_pipeline_load_the_output(straight_run):
@@ -281,7 +291,8 @@ def test_auto_class_and_fill_mask_pipeline_load_the_output(straight_run):
     fill = transformers.pipeline("fill-mask", model=str(output_dir))
     answers = fill("She was [MASK] happy.", top_k=5)
     assert len(answers) == 5 and all(a["sequence"].startswith("she was") for a in answers)
-    assert [a["token_str"] for a in answers] == [r["token"] for r in result.fill_mask]
+    assert [example["text"] for example in result.fill_mask] == ["She was [MASK] happy."]
+    assert [a["token_str"] for a in answers] == [r["token"] for r in result.fill_mask[0]["answers"]]
 
 
 REMOTE_CODE = """
@@ -317,7 +328,7 @@ def test_output_loads_as_remote_code_without_hfbert(straight_run):
     local = transformers.AutoModelForPreTraining.from_pretrained(output_dir).eval()
     expected = local(torch.tensor([[2, 10, 11, 12, 3, 13, 14, 3]])).seq_relationship_logits
     torch.testing.assert_close(torch.tensor(report["nsp"]), expected, rtol=1e-5, atol=1e-6)
-    assert report["top"] == result.fill_mask[0]["token"]
+    assert report["top"] == result.fill_mask[0]["answers"][0]["token"]
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -33,10 +33,14 @@ RESUMABLE_CHANGES = frozenset({
     "loss_spike_window", "hub_timeout", "cache_limit", "torch_compile", "prepared_download",
 })
 
-DEFAULT_FILL_MASK_TEXT = (
-    "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
-    "of a [MASK]."
-)
+# The card's fill-mask prompts: the corpus's first sentence, and two from chapters the default job holds out.
+DEFAULT_FILL_MASK_TEXT = [
+    "It is a truth universally acknowledged, that a single man in possession of a good [MASK], must be in want "
+    "of a wife.",
+    '"I hope, my dear," said Mr. Bennet to his wife, as they were at breakfast the next morning, "that you have '
+    'ordered a good [MASK] to-day, because I have reason to expect an addition to our family party."',
+    "When the time proposed drew near, Mrs. Weston's fears were justified in the arrival of a [MASK] of excuse.",
+]
 
 
 # Short sequences first: attention learns to use its neighbours at length 32 within minutes, and carries over to
@@ -152,9 +156,12 @@ class PretrainConfig(ExampleSettings):
     hub_revision: str | None = _setting(None, "branch to push to (created when missing)")
     hub_timeout: float | None = _setting(
         None, "seconds to wait for the Hub to connect or answer (default: $HFBERT_HUB_TIMEOUT, else 60)")
-    fill_mask_text: str = _setting(DEFAULT_FILL_MASK_TEXT, "a sentence with [MASK] to try the trained model on")
+    fill_mask_text: list[str] = _setting(help="sentences with [MASK] to try the trained model on (one or more)",
+                                         factory=lambda: list(DEFAULT_FILL_MASK_TEXT))
 
     def __post_init__(self) -> None:
+        if isinstance(self.fill_mask_text, str):  # one sentence, as a file or a caller may give it
+            self.fill_mask_text = [self.fill_mask_text]
         try:
             super().__post_init__()  # the types of every field, and the example settings' values
         except UsageError as err:
@@ -254,7 +261,8 @@ def _check_values(c: PretrainConfig) -> None:
     unknown_trackers = sorted(set(c.report_to) - {"jsonl", "tensorboard"})
     _require(not unknown_trackers, f"report_to accepts 'jsonl' and 'tensorboard', got {unknown_trackers}")
     _require(bool(c.output_dir), "output_dir must not be empty")
-    _require("[MASK]" in c.fill_mask_text, f"fill_mask_text must contain [MASK], got {c.fill_mask_text!r}")
+    for text in c.fill_mask_text:
+        _require("[MASK]" in text, f"fill_mask_text must contain [MASK], got {text!r}")
     _check_model_overrides(c)
 
 

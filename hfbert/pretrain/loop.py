@@ -577,8 +577,7 @@ def _export(config, model, data: TrainingData, metrics: dict, phases) -> list[di
             curve = plot_curve(records, folder / CURVE_FILE, baselines=data.stats)
             fill_mask = fill_mask_example(folder, config.fill_mask_text)
             write_pretrained_card(folder, config=config, model_config=model.config, stats=data.stats,
-                                  metrics=metrics, phases=phases, curve=curve, fill_mask=fill_mask,
-                                  fill_mask_text=config.fill_mask_text)
+                                  metrics=metrics, phases=phases, curve=curve, fill_mask=fill_mask)
     except Exception as err:
         if not out_of_space(err, output_dir):
             raise
@@ -591,10 +590,13 @@ def _export(config, model, data: TrainingData, metrics: dict, phases) -> list[di
     return fill_mask
 
 
-def fill_mask_example(model_dir: str | Path, text: str, top_k: int = 5) -> list[dict]:
-    """``pipeline("fill-mask")`` on the exported folder: the top tokens for the [MASK] in ``text``."""
+def fill_mask_example(model_dir: str | Path, texts: str | list[str], top_k: int = 5) -> list[dict]:
+    """``pipeline("fill-mask")`` on the exported folder: for each of ``texts``, ``{"text", "answers"}`` with the
+    top tokens for its [MASK] (``{"token", "score"}``)."""
     fill = pipeline("fill-mask", model=str(model_dir), tokenizer=str(model_dir), device="cpu")
-    return [{"token": r["token_str"], "score": round(float(r["score"]), 4)} for r in fill(text, top_k=top_k)]
+    return [{"text": text, "answers": [{"token": r["token_str"], "score": round(float(r["score"]), 4)}
+                                       for r in fill(text, top_k=top_k)]}
+            for text in ([texts] if isinstance(texts, str) else texts)]
 
 
 def plot_curve(records: list[dict], path: Path, baselines: dict | None = None) -> Path | None:
@@ -637,7 +639,7 @@ def _push(config: PretrainConfig) -> None:
 # Command line
 
 
-def _summary(result: PretrainResult, text: str) -> str:
+def _summary(result: PretrainResult) -> str:
     m = result.metrics
     lines = [
         f"done: {m['step']} steps ({m['stopped_by']}), {m['train_seconds']:.0f} s of training",
@@ -647,9 +649,9 @@ def _summary(result: PretrainResult, text: str) -> str:
         f"{m.get('eval_nsp_baseline_majority_class', float('nan')):.3f})",
         f"Hub-format model in {result.output_dir}",
     ]
-    if result.fill_mask:
-        lines.append(f"fill-mask: {text}")
-        lines += [f"  {r['token']!r:>16}  {r['score']:.4f}" for r in result.fill_mask]
+    for example in result.fill_mask:
+        lines.append(f"fill-mask: {example['text']}")
+        lines.append("  " + ", ".join(f"{r['token']} {r['score']:.3f}" for r in example["answers"]))
     return "\n".join(lines)
 
 
@@ -669,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{parser.prog}: {kind}{err}", file=sys.stderr)
             return 1
         if result.fill_mask:  # the main process
-            print(_summary(result, config.fill_mask_text))
+            print(_summary(result))
         return 0
 
     return run_command(parser.prog, run)
