@@ -784,3 +784,27 @@ def test_the_pretraining_step_traces_as_one_graph(cls):
     with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True):
         explained = torch._dynamo.explain(lambda **batch: model(**batch).loss)(**inputs, **labels)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+def test_the_compiled_pretraining_step_is_traced_once_for_every_batch_width():
+    """As ``hfbert pretrain --torch_compile`` compiles (dynamic shapes, data-dependent counts traced as symbols):
+    batches of new widths, paddings and supervised counts reuse the graph instead of tracing a new one each step.
+    dynamo's "eager" backend counts the graphs it hands over without inductor's minutes of compiling."""
+    graphs = []
+
+    def counting_backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    model = HfBertForPreTraining(HfBertConfig(**TESTER))
+    compiled = torch.compile(model, backend=counting_backend, dynamic=True)
+    losses = []
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True):
+        for seed, length in enumerate((16, 24, 32, 40, 16, 48)):
+            inputs, labels = make_inputs(HfBertForPreTraining, length=length, seed=seed)
+            loss = compiled(**inputs, **labels).loss
+            loss.backward()
+            losses.append(loss.detach())
+    torch._dynamo.reset()
+    assert len(graphs) == 1, f"{len(graphs)} graphs for 6 batches"
+    assert all(torch.isfinite(loss) for loss in losses)
