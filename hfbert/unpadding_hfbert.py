@@ -107,7 +107,10 @@ class PackedRows:
             def same_sequence(batch, head, query_row, key_row):
                 return sequence[query_row] == sequence[key_row]
 
-            self._document_mask = create_block_mask(same_sequence, None, None, rows, rows, device=sequence.device)
+            # Compiled, as transformers builds its flex masks: block by block, never an R' x R' tensor (on a CPU,
+            # which takes this path only in tests, it is evaluated whole).
+            self._document_mask = create_block_mask(same_sequence, None, None, rows, rows, device=sequence.device,
+                                                    _compile=sequence.device.type != "cpu")
         return self._document_mask
 
     def attention(self, attention: Callable, module, query, key, value, attention_mask, **kwargs):
