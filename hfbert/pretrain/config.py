@@ -130,9 +130,9 @@ class PretrainConfig(ExampleSettings):
                "the first step takes minutes to compile")
     # -- logging, evaluation, checkpoints
     logging_steps: int = _setting(10, "optimizer steps between log lines")
-    eval_steps: int = _setting(100, "optimizer steps between held-out evaluations")
+    eval_steps: int = _setting(250, "optimizer steps between held-out evaluations")
     eval_batch_size: int = _setting(64, "examples per process per evaluation batch")
-    save_steps: int = _setting(100, "optimizer steps between checkpoints")
+    save_steps: int = _setting(250, "optimizer steps between checkpoints")
     keep_last: int = _setting(2, "checkpoints kept")
     report_to: list[str] = _setting(help="trackers: jsonl (always on) and tensorboard (when installed)",
                                     factory=lambda: ["jsonl", "tensorboard"])
