@@ -7,15 +7,26 @@ cover the head it declares (no weight is ever invented or dropped), a setting th
 tokenizer that disagrees with the config (vocabulary larger than ``vocab_size``, a special token missing,
 ``pad_token_id`` not the [PAD] id). hfbert -> transformers -> hfbert reproduces every file byte for byte.
 
+Google's original checkpoint folders (``bert_config.json``, ``vocab.txt``, ``bert_model.ckpt.*``) convert too,
+read and written without TensorFlow (:mod:`hfbert.google_checkpoint`): only the model's variables travel (Adam's
+slots and ``global_step`` are skipped), and Google -> hfbert -> Google gives back every variable bit for bit. A
+conversion writes into a scratch folder beside the destination and moves it in at the end, so a checkpoint found
+corrupt halfway leaves nothing that would load.
+
     hfbert convert ./my-hfbert ./my-bert            # hfbert -> transformers (direction read from config.json)
     hfbert convert ./bert-folder ./my-hfbert        # transformers -> hfbert
+    hfbert convert ./uncased_L-12_H-768_A-12 ./bert-base-hfbert    # Google -> hfbert
+    hfbert convert ./my-hfbert ./my-google --to google             # hfbert -> Google
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +37,8 @@ import transformers
 from . import modeling_hfbert
 from .arguments import CommandParser, UsageError, run_command
 from .configuration_hfbert import _ORIGINAL_VALUES, HfBertConfig
+from .google_checkpoint import VOCAB_FILE, google_model, is_google_folder, vocab_is_cased, write_google_checkpoint
+from .tokenization import bert_tokenizer_from_vocab, load_vocab
 
 __all__ = ["HEADS", "ConvertArguments", "TokenizerInfo", "check_tokenizer", "convert", "detect_flavour", "head_of",
            "main", "read_config", "read_tokenizer"]
@@ -240,22 +253,30 @@ def _load_as(cls: type, src: Path, config: Any, head: str):
 
 
 def convert(src: str | Path, dst: str | Path, *, to: str | None = None, head: str | None = None,
-            overwrite: bool = False) -> Path:
+            overwrite: bool = False, do_lower_case: bool | None = None) -> Path:
     """Convert the model folder ``src`` into ``dst``; returns ``dst``.
 
-    ``to`` is ``"transformers"`` (alias ``"bert"``) or ``"hfbert"``; by default the other side of ``src``.
+    ``to`` is ``"transformers"`` (alias ``"bert"``), ``"hfbert"`` or ``"google"`` (a release folder in Google's
+    format, :mod:`hfbert.google_checkpoint`); by default the other side of ``src``, and ``"hfbert"`` for a Google
+    folder, whose tokenizer is built from its ``vocab.txt`` (``do_lower_case``: its casing; default: read from the
+    vocabulary).
     ``head`` (e.g. ``"ForMaskedLM"``) defaults to the config's ``architectures``. Tokenizer files, the model card
     and other top-level files are copied byte for byte; the weights are written with ``save_pretrained``.
     """
     src, dst = Path(src), Path(dst)
     if not src.is_dir():
         raise FileNotFoundError(f"source folder {src} does not exist")
+    if is_google_folder(src) and not (src / "config.json").is_file():
+        return _from_google(src, dst, to=to or "hfbert", overwrite=overwrite, do_lower_case=do_lower_case)
     config = read_config(src)
     flavour = detect_flavour(config, source=str(src / "config.json"))
     target = {None: "bert" if flavour == "hfbert" else "hfbert", "transformers": "bert", "bert": "bert",
-              "hfbert": "hfbert"}.get(to)
+              "hfbert": "hfbert", "google": "google"}.get(to)
     if target is None:
-        raise ValueError(f"to must be 'transformers' or 'hfbert', got {to!r}")
+        raise ValueError(f"to must be 'transformers', 'hfbert' or 'google', got {to!r}")
+    if target == "google":
+        return _to_google(src, dst, config, head=head_of(config, head, source=str(src / "config.json")),
+                          overwrite=overwrite)
     if target == flavour:
         raise ValueError(f"{src} is already a {flavour} folder; nothing to convert")
     head = head_of(config, head, source=str(src / "config.json"))
@@ -282,6 +303,64 @@ def convert(src: str | Path, dst: str | Path, *, to: str | None = None, head: st
     after = read_tokenizer(dst)
     if after != tokenizer:  # the copy is byte for byte; a difference means a bug here, not bad input
         raise RuntimeError(f"tokenizer changed during conversion: {tokenizer} -> {after}")
+    return dst
+
+
+@contextlib.contextmanager
+def _staged(dst: Path, overwrite: bool):
+    """A scratch folder beside ``dst`` that becomes ``dst`` only once everything is written: a failure (a corrupt
+    checkpoint found halfway, a full disk) leaves no folder that would load half a model."""
+    occupied = dst.exists() and (not dst.is_dir() or any(dst.iterdir()))
+    if occupied and not overwrite:
+        raise FileExistsError(f"{dst} exists and is not empty; pass overwrite=True (--overwrite) to replace it")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{dst.name}.converting-", dir=dst.parent))
+    try:
+        yield scratch
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    if dst.exists():
+        shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
+    os.replace(scratch, dst)
+
+
+def _from_google(src: Path, dst: Path, *, to: str, overwrite: bool, do_lower_case: bool | None) -> Path:
+    """A Google release folder -> an hfbert folder (or, ``to="transformers"``, a stock BERT one)."""
+    if to not in ("hfbert", "transformers", "bert"):
+        raise ValueError(f"{src} is a Google BERT folder: convert it to 'hfbert' or 'transformers', not {to!r}")
+    vocab = load_vocab(src / VOCAB_FILE) if (src / VOCAB_FILE).is_file() else None
+    model, checkpoint = google_model(src)  # every problem of the checkpoint is found before anything is written
+    lower = (not vocab_is_cased(vocab)) if do_lower_case is None and vocab is not None else do_lower_case
+    tokenizer = bert_tokenizer_from_vocab(vocab, lowercase=lower, model_max_length=model.config.max_position_embeddings)
+    model.config.architectures = [type(model).__name__]
+    with _staged(dst, overwrite) as scratch:
+        folder = scratch / "hfbert" if to != "hfbert" else scratch
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        if to != "hfbert":
+            convert(folder, scratch / "bert", to="bert")
+            shutil.rmtree(folder)
+            for path in (scratch / "bert").iterdir():
+                os.replace(path, scratch / path.name)
+            (scratch / "bert").rmdir()
+    for note in checkpoint.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return dst
+
+
+def _to_google(src: Path, dst: Path, config: Mapping[str, Any], *, head: str, overwrite: bool) -> Path:
+    """An hfbert or transformers folder -> a Google release folder (the model's variables, no optimizer state)."""
+    if not (src / VOCAB_FILE).is_file():
+        raise FileNotFoundError(f"{src} has no vocab.txt: Google's format keeps the vocabulary as vocab.txt")
+    flavour = detect_flavour(config, source=str(src / "config.json"))
+    hf_config = bert_to_hfbert_config(config, head) if flavour == "bert" else HfBertConfig.from_dict(dict(config))
+    model = _load_as(model_class("hfbert", head), src, hf_config, head)
+    state = model.state_dict()
+    if not any(k.startswith("bert.") for k in state):  # a bare encoder
+        state = {f"bert.{k}": v for k, v in state.items()}
+    with _staged(dst, overwrite) as scratch:
+        write_google_checkpoint(state, model.config, scratch, src / VOCAB_FILE)
     return dst
 
 
@@ -324,11 +403,14 @@ class ConvertArguments:
                                "help": "source model folder (config.json + weights, optionally a tokenizer)"})
     dst: str = field(metadata={"positional": True,
                                "help": "destination folder (must be new or empty unless --overwrite)"})
-    to: Literal["transformers", "hfbert"] | None = field(default=None, metadata={
-        "help": "target format (default: the other side of the source's model_type)"})
+    to: Literal["transformers", "hfbert", "google"] | None = field(default=None, metadata={
+        "help": "target format: transformers, hfbert or google (Google's original checkpoint folder); default: the "
+                "other side of the source's model_type, hfbert for a Google folder"})
     head: str | None = field(default=None, metadata={
         "help": f"head to convert, one of {', '.join(HEADS)} (default: the config's architectures)"})
     overwrite: bool = field(default=False, metadata={"help": "replace a non-empty destination"})
+    do_lower_case: bool | None = field(default=None, metadata={
+        "help": "casing of a Google folder's vocab.txt (default: cased exactly when it holds upper-case tokens)"})
 
     def __post_init__(self):
         if self.head is not None and self.head.removeprefix("HfBert").removeprefix("Bert") not in HEADS:
@@ -346,7 +428,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = args.parse(argv)
 
     def run() -> int:
-        out = convert(args.src, args.dst, to=args.to, head=args.head, overwrite=args.overwrite)
+        out = convert(args.src, args.dst, to=args.to, head=args.head, overwrite=args.overwrite,
+                      do_lower_case=args.do_lower_case)
         print(f"wrote {out}")
         return 0
 

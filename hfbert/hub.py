@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sys
 import threading
@@ -52,13 +53,14 @@ from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, Reposit
 from huggingface_hub.utils import validate_repo_id
 
 from .arguments import CommandParser, UsageError, run_command
-from .configuration_hfbert import HfBertConfig
-from .convert import detect_flavour, head_of, model_class
+from .convert import head_of, model_class
 
 __all__ = ["DEFAULT_IGNORE_PATTERNS", "DEFAULT_TIMEOUT", "TIMEOUT_ENV", "HubDownloadError", "HubPushError",
            "HubWaitExceeded",
            "PushArguments", "PushResult", "download_snapshot", "hub_timeout", "load_any_bert", "main",
            "push_to_hub", "read_config_any", "resolve_timeout"]
+
+logger = logging.getLogger(__name__)
 
 # Never uploaded by default: resumable training state, caches and logs are not part of the Hub-format export.
 DEFAULT_IGNORE_PATTERNS = (
@@ -413,22 +415,24 @@ def read_config_any(repo_or_dir: str | Path, *, revision: str | None = None, tok
 
 def load_any_bert(repo_or_dir: str | Path, head: str | None = None, *, revision: str | None = None,
                   token: str | None = None, timeout: float | None = None, **kwargs: Any):
-    """Load an hfbert or a stock transformers BERT checkpoint as the hfbert class for ``head``.
+    """Load an hfbert, a stock transformers BERT or a Google BERT checkpoint as the hfbert class for ``head``.
 
-    ``head`` is a class-name suffix ("ForMaskedLM", "Model", ...); by default the checkpoint's ``architectures``.
-    A stock BERT's config is converted with ``HfBertConfig.from_bert_config`` (the weights have the same names).
-    Any other ``model_type`` raises ``ValueError`` naming it. ``kwargs`` go to ``from_pretrained``; Hub calls run
-    under :func:`hub_timeout` (``timeout`` seconds).
+    ``repo_or_dir`` is a local folder or a Hub repository (:func:`hfbert.model_source.locate`). ``head`` is a
+    class-name suffix ("ForMaskedLM", "Model", ...); by default the checkpoint's ``architectures`` (a Google
+    checkpoint: ``ForPreTraining``). Parameters the checkpoint lacks (a new task head) start fresh and, with the
+    weights the head does not use, are named in a warning. ``kwargs`` go to ``from_pretrained``; Hub calls run under :func:`hub_timeout` (``timeout`` seconds).
     """
-    config = read_config_any(repo_or_dir, revision=revision, token=token, timeout=timeout)
-    flavour = detect_flavour(config, source=f"the config of {repo_or_dir}")
-    head = head_of(config, head, source=f"the config of {repo_or_dir}")
-    cls = model_class("hfbert", head)
-    if flavour == "bert":
-        kwargs.setdefault("config", HfBertConfig.from_bert_config(config))
-    seconds = resolve_timeout(timeout)
-    with _download_errors(f"loading {repo_or_dir}", None, seconds), hub_timeout(seconds):
-        return cls.from_pretrained(repo_or_dir, revision=revision, token=token, **kwargs)
+    from .model_source import load_pretrained, locate  # it downloads through this module
+
+    source = locate(repo_or_dir, revision=revision, token=token, timeout=timeout)
+    if source.format == "google":
+        head = head or "ForPreTraining"
+    else:
+        head = head_of(read_config_any(source.folder), head, source=f"the config of {repo_or_dir}")
+    model, report = load_pretrained(source, model_class("hfbert", head), config=kwargs.pop("config", None), **kwargs)
+    if report.fresh or report.dropped or report.notes:
+        logger.warning("; ".join(report.lines()))
+    return model
 
 
 # ----------------------------------------------------------------------------------------------------------------

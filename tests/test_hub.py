@@ -549,5 +549,5 @@ def test_load_any_bert_refuses_other_model_types(tmp_path):
         load_any_bert(tmp_path)
     shutil.rmtree(tmp_path)
     tmp_path.mkdir()
-    with pytest.raises(FileNotFoundError, match="no config.json"):
+    with pytest.raises(ValueError, match="neither a model folder .config.json and weights. nor a Google BERT"):
         load_any_bert(tmp_path)

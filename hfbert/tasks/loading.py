@@ -6,6 +6,7 @@ trained once with hfbert's classes and once with transformers' own ``BertFor*`` 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from transformers import AutoTokenizer
 
 from .. import modeling_hfbert
 from ..configuration_hfbert import HfBertConfig
+from ..google_checkpoint import is_google_folder
+from ..model_source import load_pretrained, locate, source_config, source_tokenizer
 from ..tokenization import bert_tokenizer_from_vocab
 
 # task -> (hfbert class, transformers class)
@@ -28,6 +31,7 @@ TASK_CLASSES = {
     "base": ("HfBertModel", "BertModel"),
 }
 MODEL_FAMILIES = ("hfbert", "transformers")
+logger = logging.getLogger(__name__)
 _BUILDERS = {".csv": ("csv", {}), ".tsv": ("csv", {"delimiter": "\t"}), ".json": ("json", {}), ".jsonl": ("json", {})}
 
 
@@ -71,6 +75,8 @@ def load_tokenizer(name_or_path: str, lowercase: bool = True):
     path = Path(name_or_path)
     if path.is_file():
         return bert_tokenizer_from_vocab(path, lowercase=lowercase)
+    if is_google_folder(path):  # vocab.txt, casing read from it
+        return source_tokenizer(locate(path))[0]
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     if not tokenizer.is_fast:
         raise TypeError(f"{name_or_path} gives a slow tokenizer; fine-tuning needs offsets from a fast one")
@@ -85,7 +91,8 @@ def load_model(
     config_overrides: Mapping[str, Any] | None = None,
     **head_kwargs: Any,
 ):
-    """A task model, pretrained (``model_name_or_path``) or freshly initialised from an hfbert ``preset``.
+    """A task model, pretrained (``model_name_or_path``: for hfbert, any BERT :func:`hfbert.model_source.locate`
+    finds) or freshly initialised from an hfbert ``preset``.
 
     ``head_kwargs`` (``num_labels``, ``id2label``, ``label2id``, ``problem_type``) go into the config. A
     transformers-family model built from a preset gets the equivalent ``BertConfig`` (same sizes), but its
@@ -101,6 +108,13 @@ def load_model(
     ours, theirs = TASK_CLASSES[task]
     cls = getattr(modeling_hfbert, ours) if model_family == "hfbert" else getattr(transformers, theirs)
     overrides = dict(config_overrides or {})
+    if model_name_or_path is not None and model_family == "hfbert":
+        # any BERT (hfbert, transformers or Google's format, a folder or a Hub id); the task head starts fresh
+        source = locate(model_name_or_path)
+        config = source_config(source, **overrides, **head_kwargs)
+        model, report = load_pretrained(source, cls, config=config)
+        logger.info("; ".join(report.lines()))
+        return model
     if model_name_or_path is not None:
         return cls.from_pretrained(model_name_or_path, **overrides, **head_kwargs)
     config = HfBertConfig.from_preset(preset, **overrides, **head_kwargs)
