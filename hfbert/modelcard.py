@@ -106,8 +106,10 @@ def write_model_card(output_dir: str | Path, template: str | Path = "finetuned.m
 
 
 def render_pretrained_card(*, config, model_config, stats: dict, metrics: dict, phases, curve: Path | None,
-                           fill_mask: list[dict], model_name: str | None = None) -> ModelCard:
-    """The ``ModelCard`` of a finished ``hfbert pretrain`` run (``config``: its settings)."""
+                           fill_mask: list[dict], model_name: str | None = None,
+                           origin: dict | None = None) -> ModelCard:
+    """The ``ModelCard`` of a finished ``hfbert pretrain`` run (``config``: its settings; ``origin``: for a run
+    continued from a pretrained model, what :mod:`hfbert.pretrain.origin` recorded of it)."""
     data = ModelCardData(
         library_name="transformers",
         license="apache-2.0",
@@ -116,6 +118,7 @@ def render_pretrained_card(*, config, model_config, stats: dict, metrics: dict, 
         datasets=None if config.dataset is None else [config.dataset],
         metrics=["accuracy"],
         pipeline_tag="fill-mask",
+        base_model=(origin or {}).get("hub_id"),
     )
     arch = {key: getattr(model_config, key) for key in (
         "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "hidden_act", "vocab_size",
@@ -126,6 +129,7 @@ def render_pretrained_card(*, config, model_config, stats: dict, metrics: dict, 
         template_path=str(template_path("pretrained.md")),
         model_name=model_name or config.push_to_hub or Path(config.output_dir).name,
         preset=config.preset,
+        origin=origin,
         corpus=stats["corpus"],
         lowercase=config.lowercase,
         arch=arch,

@@ -31,6 +31,11 @@ SHIPPED_CORPUS = files("hfbert") / "corpora" / "en_austen_6novels.txt.gz"
 def _seed_and_threads():
     torch.manual_seed(0)
     yield
+    # Every in-process run starts its own Accelerator: accelerate's process-wide state, kept from an earlier test,
+    # would refuse another precision (bf16 is the default on CPUs that compute it natively).
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
 
 
 @pytest.fixture(scope="session")

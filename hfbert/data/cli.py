@@ -45,7 +45,9 @@ class PrepareArguments(ExampleSettings):
     dataset_split: str = field(default="train", metadata={"help": "split of --dataset"})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "replace what output_dir holds"})
     tokenizer: str | None = field(default=None, metadata={
-        "help": "folder of a fast BERT tokenizer; default: train a WordPiece vocabulary on the input"})
+        "help": "a fast BERT tokenizer's folder, or a pretrained BERT's tokenizer: a Hub model id, an hfbert or "
+                "transformers folder, a Google BERT folder (its vocab.txt); default: train a WordPiece vocabulary on "
+                "the input"})
     num_proc: int = field(default=1, metadata={"help": "worker processes (Dask: workers of the local cluster)"})
     engine: Literal["local", "dask"] = field(default="local", metadata={
         "help": "local: this machine's processes; dask: Dask workers (pip install 'hfbert[distributed]')"})

@@ -31,6 +31,7 @@ import hashlib
 import json
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import warnings
@@ -47,7 +48,9 @@ from transformers import AutoTokenizer
 from .blocks import BlockSlots
 from .documents import CorpusError, read_document_range
 from .engines import run_tasks
+from ..google_checkpoint import is_google_folder
 from ..hub import push_to_hub, resolve_timeout
+from ..model_source import ModelSourceError, locate, source_tokenizer
 from ..tokenization import train_wordpiece
 from .pipeline import TokenizerFacts, make_builder, output_features
 from .report import (
@@ -140,7 +143,8 @@ def prepare_corpus(source=None, output_dir: str | Path = "prepared", settings: E
     documents (lists of sentences).  ``settings``: an :class:`~hfbert.data.ExampleSettings` (masking, NSP pairs,
     input layout, the vocabulary trained when ``tokenizer`` is None, shards and the held-out split); any of its
     fields may also be given as a keyword argument (``max_seq_length=64``), which replaces its value.
-    ``tokenizer``: a fast BERT tokenizer or its folder; ``None`` trains a WordPiece vocabulary of
+    ``tokenizer``: a fast BERT tokenizer, its folder, or a pretrained model's (a model folder, a Google folder, a
+    Hub id); ``None`` trains a WordPiece vocabulary of
     ``settings.vocab_size`` on the input.  ``engine``/``num_proc``/``scheduler``: who builds the shards
     (:mod:`hfbert.data.engines`); they never change the output.
     """
@@ -151,7 +155,7 @@ def prepare_corpus(source=None, output_dir: str | Path = "prepared", settings: E
                            text_column=settings.text_column)
     output = str(output_dir)
     _claim_output(output, overwrite)
-    tokenizer = _tokenizer(tokenizer, source, settings.vocab_size, settings.lowercase)
+    tokenizer = _tokenizer(tokenizer, source, settings)
     builder, facts = make_builder(tokenizer, settings)
     num_shards = settings.num_shards
     if num_shards is None:
@@ -188,14 +192,24 @@ def _input_name(source) -> str:
     return ", ".join(map(_display, source.paths)) if isinstance(source, TextFiles) else source.name
 
 
-def _tokenizer(tokenizer, source, vocab_size: int, lowercase: bool):
+def _tokenizer(tokenizer, source, settings: ExampleSettings):
+    """The tokenizer to build with: trained on the input (None), a tokenizer folder (a prepared corpus too), or the
+    tokenizer of a pretrained model anywhere :func:`hfbert.model_source.locate` finds one (a model folder, a
+    Google folder, a Hub id), in the casing ``do_lower_case`` asks for."""
     if tokenizer is None:
-        return train_wordpiece(_texts(source), vocab_size=vocab_size, lowercase=lowercase)
-    if isinstance(tokenizer, (str, Path)):
-        if not Path(tokenizer).is_dir():
-            raise FileNotFoundError(f"tokenizer folder not found: {tokenizer}")
-        return AutoTokenizer.from_pretrained(str(tokenizer))
-    return tokenizer
+        return train_wordpiece(_texts(source), vocab_size=settings.vocab_size, lowercase=settings.lowercase)
+    if not isinstance(tokenizer, (str, Path)):
+        return tokenizer
+    path = Path(tokenizer)
+    if path.is_dir() and not (path / "config.json").is_file() and not is_google_folder(path):
+        return AutoTokenizer.from_pretrained(str(path))
+    try:
+        found, notes = source_tokenizer(locate(str(tokenizer)), settings.do_lower_case)
+    except ModelSourceError as err:
+        raise ValueError(f"tokenizer: {err}") from None
+    for warning in notes:
+        print(f"warning: {warning}", file=sys.stderr)
+    return found
 
 
 def _texts(source):

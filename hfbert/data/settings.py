@@ -55,6 +55,10 @@ class ExampleSettings:
     # -- the vocabulary, when no tokenizer is given
     vocab_size: int = _setting(8000, "WordPiece vocabulary size when training one", recorded=False)
     lowercase: bool = _setting(True, "lower-case and strip accents when training a vocabulary", recorded=False)
+    do_lower_case: bool | None = _setting(
+        None, "casing of a pretrained model's vocabulary (--tokenizer or --init_from a model): true lower-cases and "
+              "strips accents; default: the model's own tokenizer, or for a bare vocab.txt cased exactly when it "
+              "holds upper-case tokens", recorded=False)
     # -- NSP pairs
     max_seq_length: int = _setting(128, "tokens per example, [CLS] and [SEP] included")
     short_seq_prob: float = _setting(0.1, "probability of a shorter target length")

@@ -33,6 +33,12 @@ RESUMABLE_CHANGES = frozenset({
     "loss_spike_window", "hub_timeout", "cache_limit", "torch_compile", "prepared_download",
 })
 
+# A fresh model's overrides by default: no dropout (short runs on small corpora learn faster without it).
+FRESH_MODEL_DEFAULTS = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+# The settings that fix a pretrained model's tensor shapes (--model may not change them with --init_from).
+SHAPE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "max_position_embeddings", "type_vocab_size")
+
 # The card's fill-mask prompts: the corpus's first sentence, and two from chapters the default job holds out.
 DEFAULT_FILL_MASK_TEXT = [
     "It is a truth universally acknowledged, that a single man in possession of a good [MASK], must be in want "
@@ -99,14 +105,25 @@ class PretrainConfig(ExampleSettings):
     # -- tokenizer
     tokenizer: str | None = _setting(None, "a saved tokenizer folder to reuse instead of training one")
     # -- model
-    preset: str = _setting("tiny", "model size: tiny, mini, small, medium, base, large")
-    model: dict[str, Any] = _setting(help='HfBertConfig overrides as JSON, e.g. \'{"hidden_size": 128}\' (default: '
-                                          'dropout off; a value given here replaces the whole default)',
-                                     factory=lambda: {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
+    init_from: str | None = _setting(
+        None, "start from this pretrained BERT instead of a fresh one: a Hub model id, an hfbert or transformers BERT "
+              "folder (any head), or a Google BERT folder (bert_config.json, vocab.txt, bert_model.ckpt.*); its "
+              "size, vocabulary and casing are kept, heads it lacks start fresh, the optimizer and schedule start "
+              "anew")
+    init_revision: str | None = _setting(None, "branch, tag or commit of an --init_from Hub repository")
+    preset: str | None = _setting(
+        None, "model size of a fresh model: tiny, mini, small, medium, base, large (default tiny; none with "
+              "--init_from, whose size is the checkpoint's)")
+    model: dict[str, Any] | None = _setting(
+        None, 'HfBertConfig overrides as JSON, e.g. \'{"hidden_size": 128}\' (default: dropout off for a fresh '
+              'model, the checkpoint\'s own settings with --init_from, where only non-shape settings such as '
+              'dropout may change; a value given here replaces the whole default)')
     # -- optimisation
     optimizer: str = _setting(
         "adamw", "adamw, adam_google (Google's Adam without bias correction) or lamb")
-    learning_rate: float = _setting(2e-3, "peak learning rate")
+    learning_rate: float | None = _setting(
+        None, "peak learning rate (default 2e-3 for a fresh model, 1e-4 with --init_from: continued pretraining "
+              "wants a smaller one, as Google's README advises)")
     weight_decay: float = _setting(0.01, "decoupled weight decay; not applied to LayerNorm parameters and biases")
     adam_beta1: float = _setting(0.9, "first-moment decay")
     adam_beta2: float = _setting(0.98, "second-moment decay")
@@ -167,6 +184,13 @@ class PretrainConfig(ExampleSettings):
         except UsageError as err:
             raise ConfigError(str(err)) from None
         self.resume = self.resume or self.resume_from is not None  # choosing a checkpoint is resuming
+        _check_model_source(self)
+        if self.init_from is None:  # a fresh model's defaults, resolved once so that a run records them
+            self.preset = "tiny" if self.preset is None else self.preset
+            self.model = dict(FRESH_MODEL_DEFAULTS) if self.model is None else self.model
+        self.model = {} if self.model is None else self.model
+        if self.learning_rate is None:
+            self.learning_rate = 2e-3 if self.init_from is None else 1e-4
         _check_values(self)
         if self.mixed_precision == "auto":  # decided once, so a run records (and its resume compares) what it used
             self.mixed_precision = native_mixed_precision()[0]
@@ -266,9 +290,26 @@ def _check_values(c: PretrainConfig) -> None:
     _check_model_overrides(c)
 
 
+def _check_model_source(c: PretrainConfig) -> None:
+    """A pretrained model brings its own size, vocabulary and tokenizer: settings that would give them another
+    way are refused, naming both."""
+    if c.init_from is None:
+        _require(c.init_revision is None, "init_revision names a revision of --init_from; give --init_from too")
+        return
+    _require(c.preset is None, f"--preset {c.preset} and --init_from {c.init_from} both give the model's size; "
+                               "drop --preset (the size is the checkpoint's)")
+    shape = sorted(set(c.model or {}) & set(SHAPE_KEYS))
+    _require(not shape, f"--model sets {', '.join(shape)}, which --init_from {c.init_from} fixes; only settings "
+                        "that keep the checkpoint's shapes (dropout, ...) may change")
+    _require(c.tokenizer is None, f"--tokenizer {c.tokenizer} and --init_from {c.init_from} both give the "
+                                  "vocabulary; drop --tokenizer (the checkpoint's own is used)")
+
+
 def _check_model_overrides(c: PretrainConfig) -> None:
     """Build the model config once with a placeholder vocabulary, so a bad preset or override fails now, not
     after the tokenizer and the examples are built."""
+    if c.init_from is not None:  # checked against the checkpoint's config once it is found
+        return
     if "vocab_size" in c.model:
         raise ConfigError("set the vocabulary size with vocab_size (or tokenizer), not model.vocab_size")
     try:
@@ -292,7 +333,9 @@ def resolve_phases(c: PretrainConfig, prepared_lengths: list[int] | None = None)
     else:
         raw = DEFAULT_PHASES
     _require(len(raw) > 0, "phases is an empty list")
-    positions = HfBertConfig.from_preset(c.preset, vocab_size=16, **c.model).max_position_embeddings
+    # a pretrained model's positions are checked when it is found (hfbert.pretrain.loop)
+    positions = 512 if c.init_from is not None else HfBertConfig.from_preset(
+        c.preset, vocab_size=16, **c.model).max_position_embeddings
     allowed = {"max_seq_length", "steps", "fraction", "batch_size"}
     for number, phase in enumerate(raw, start=1):
         _require(isinstance(phase, dict), f"phase {number} must be a mapping, got {phase!r}")

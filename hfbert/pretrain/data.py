@@ -111,9 +111,10 @@ class TrainingData:
     stats: dict[str, Any]
 
 
-def load_training_data(config: PretrainConfig, accelerator, lengths: Sequence[int]) -> TrainingData:
+def load_training_data(config: PretrainConfig, accelerator, lengths: Sequence[int], tokenizer=None) -> TrainingData:
     """The prepared corpus of every length of the schedule, checked against each other and the settings; without
-    ``--prepared``, prepared first (see :func:`prepare_in_output_dir`). Raises :class:`ConfigError`."""
+    ``--prepared``, prepared first (see :func:`prepare_in_output_dir`) with ``tokenizer`` (a pretrained model's),
+    else ``--tokenizer``, else a vocabulary trained on the input. Raises :class:`ConfigError`."""
     lengths = list(dict.fromkeys(lengths))
     try:
         if config.prepared is not None:
@@ -123,7 +124,7 @@ def load_training_data(config: PretrainConfig, accelerator, lengths: Sequence[in
                 opened = [PreparedCorpus.open(name, timeout=config.hub_timeout, cache_limit=config.cache_limit,
                                               download=config.prepared_download) for name in config.prepared]
         else:
-            folders = prepare_in_output_dir(config, accelerator, lengths)
+            folders = prepare_in_output_dir(config, accelerator, lengths, tokenizer)
             opened = [PreparedCorpus.open(folders[length]) for length in lengths]
         corpora = _by_length(opened, lengths, config)
         tokenizer = corpora[lengths[0]].load_tokenizer()
@@ -196,7 +197,7 @@ def prepare_source(config: PretrainConfig):
     return config.input if config.dataset is None else load_dataset_split(config.dataset, config.dataset_split)
 
 
-def prepare_in_output_dir(config: PretrainConfig, accelerator, lengths: list[int]) -> dict[int, Path]:
+def prepare_in_output_dir(config: PretrainConfig, accelerator, lengths: list[int], tokenizer=None) -> dict[int, Path]:
     """Prepare the input into ``output_dir/prepared/length-N`` (one folder per length) on every machine.
 
     The main process prepares first, training the WordPiece vocabulary (at the first length; the others reuse
@@ -211,7 +212,7 @@ def prepare_in_output_dir(config: PretrainConfig, accelerator, lengths: list[int
         return folders
     sent = None
     if accelerator.is_main_process:
-        _prepare(config, folders, lengths, config.tokenizer)
+        _prepare(config, folders, lengths, config.tokenizer if tokenizer is None else tokenizer)
         sent = _built(folders, with_tokenizer=True)
     sent = broadcast_object_list([sent])[0]
     if accelerator.is_local_main_process and not accelerator.is_main_process and _built(folders) != sent["digests"]:

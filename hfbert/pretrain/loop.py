@@ -43,11 +43,10 @@ from tqdm.auto import tqdm
 from transformers import pipeline
 
 from ..arguments import run_command
-from ..configuration_hfbert import HfBertConfig
 from ..data.remote import ShardReadError
 from ..hub import DEFAULT_IGNORE_PATTERNS, push_to_hub
 from ..modelcard import write_pretrained_card
-from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
+from ..modeling_hfbert import IGNORE_INDEX
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
 from .callbacks import CallbackHandler, PretrainCallback
 from .checkpointing import (DiskFullError, from_main, out_of_space, save_checkpoint, seed_step, settle,
@@ -55,6 +54,7 @@ from .checkpointing import (DiskFullError, from_main, out_of_space, save_checkpo
 from .config import ConfigError, Phase, PretrainConfig, command_parser, native_mixed_precision, resolve_phases
 from .data import (PREPARED_DIR, BatchPlan, ReadAhead, TrainingData, check_sources, load_training_data,
                    prepared_lengths, training_batch)
+from .origin import ORIGIN_FILE, Origin, build_model, find_origin, record_origin
 from .recovery import (
     LossWatch,
     RunStart,
@@ -186,31 +186,17 @@ def _start_output_dir(config: PretrainConfig, accelerator, start: RunStart) -> N
             shutil.rmtree(output_dir / PREPARED_DIR, ignore_errors=True)  # prepared again for these settings
             (output_dir / LOG_FILE).unlink(missing_ok=True)
             (output_dir / CONFIG_FILE).unlink(missing_ok=True)
+            (output_dir / ORIGIN_FILE).unlink(missing_ok=True)
     accelerator.wait_for_everyone()
 
 
-def _record_settings(config: PretrainConfig, accelerator, start: RunStart) -> None:
+def _record_settings(config: PretrainConfig, accelerator, start: RunStart, origin: Origin) -> None:
     """Mark the folder as holding this run, once the data and the model have passed their checks (a run that
     stopped at a check leaves nothing a retry must --overwrite)."""
     if accelerator.is_main_process and not start.resuming:
+        record_origin(origin, config.output_dir)
         path = Path(config.output_dir) / CONFIG_FILE
         path.write_text(json.dumps(config.to_dict(), indent=1), encoding="utf-8")
-
-
-def _build_model(config: PretrainConfig, data: TrainingData, model_init=None):
-    """The model for the corpora's tokenizer, checked against every manifest (vocabulary size, special ids):
-    ``model_init(model_config)`` when given, else :class:`HfBertForPreTraining`."""
-    tokenizer = data.tokenizer
-    model_config = HfBertConfig.from_preset(
-        config.preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **config.model
-    )
-    for corpus in data.corpora.values():
-        try:
-            corpus.check_model_config(model_config)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-    torch.manual_seed(config.seed)  # the same initial weights on every process and every start
-    return (model_init or HfBertForPreTraining)(model_config)
 
 
 def _build_optimizer(config: PretrainConfig, model):
@@ -527,9 +513,11 @@ def pretrain(config: PretrainConfig, *, callbacks: list[PretrainCallback] | None
     accelerator = _make_accelerator(config)
     start = preflight(config, accelerator)  # fresh, or the checkpoint to resume: the same on every process
     _start_output_dir(config, accelerator, start)
-    data = load_training_data(config, accelerator, [p.max_seq_length for p in phases])
-    model = _build_model(config, data, model_init)
-    _record_settings(config, accelerator, start)
+    lengths = [p.max_seq_length for p in phases]
+    origin = find_origin(config, accelerator, start.resuming, lengths)  # fresh, pretrained or resumed
+    data = load_training_data(config, accelerator, lengths, tokenizer=origin.tokenizer)
+    model = build_model(origin, config, data, accelerator, model_init)
+    _record_settings(config, accelerator, start, origin)
     optimizer, scheduler = _build_optimizer(config, model)
     model, optimizer = accelerator.prepare(model, optimizer)
     # The schedule is stepped here once per optimizer step; accelerate's wrapper would step it once per process.
@@ -549,7 +537,8 @@ def pretrain(config: PretrainConfig, *, callbacks: list[PretrainCallback] | None
             accelerator.log({k: v for k, v in metrics.items() if k.startswith("eval_")}, step=state.step)
         handler("on_train_end", step=state.step, metrics=metrics, model=accelerator.unwrap_model(model))
         result = PretrainResult(Path(config.output_dir), metrics)
-        export = lambda: _export(config, accelerator.unwrap_model(model), data, metrics, phases)  # noqa: E731
+        export = lambda: _export(config, accelerator.unwrap_model(model), data, metrics, phases,  # noqa: E731
+                                 origin.record)
         fill_mask = from_main(accelerator, export)  # every process stops with it on a full disk
         if accelerator.is_main_process:
             result.fill_mask = fill_mask
@@ -561,7 +550,7 @@ def pretrain(config: PretrainConfig, *, callbacks: list[PretrainCallback] | None
     return result
 
 
-def _export(config, model, data: TrainingData, metrics: dict, phases) -> list[dict]:
+def _export(config, model, data: TrainingData, metrics: dict, phases, origin: dict | None = None) -> list[dict]:
     """Write the Hub-format folder: model, tokenizer, metrics, loss curve, fill-mask example, model card.
 
     The files are written beside the folder and moved in once all are written, config.json last
@@ -577,7 +566,7 @@ def _export(config, model, data: TrainingData, metrics: dict, phases) -> list[di
             curve = plot_curve(records, folder / CURVE_FILE, baselines=data.stats)
             fill_mask = fill_mask_example(folder, config.fill_mask_text)
             write_pretrained_card(folder, config=config, model_config=model.config, stats=data.stats,
-                                  metrics=metrics, phases=phases, curve=curve, fill_mask=fill_mask)
+                                  metrics=metrics, phases=phases, curve=curve, fill_mask=fill_mask, origin=origin)
     except Exception as err:
         if not out_of_space(err, output_dir):
             raise
