@@ -35,6 +35,7 @@ def finished(tmp_path_factory):
         "input": [str(corpus)], "vocab_size": 300, "preset": "tiny", "eval_fraction": 0.2,
         "model": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 37},
         "learning_rate": 1e-3, "warmup_steps": 2, "max_steps": 9, "eval_steps": 3, "max_eval_examples": 24,
+        "mixed_precision": "no",  # the same arithmetic on every CPU, bf16-capable or not
         "phases": [{"max_seq_length": 32, "batch_size": 8, "steps": 6}, {"max_seq_length": 128, "batch_size": 2,
                                                                          "steps": 3}],
     }
