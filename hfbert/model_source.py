@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 from huggingface_hub import HfApi
-from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.errors import (HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled,
+                                    RepositoryNotFoundError, RevisionNotFoundError)
 from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
@@ -100,8 +101,11 @@ def locate(name: str | Path, *, revision: str | None = None, token: str | None =
         raise ModelSourceError(f"{name}: no such folder, and not a Hub repository id (owner/name)")
     seconds = resolve_timeout(timeout)
     try:
-        with hub_timeout(seconds):
-            files = HfApi(endpoint=endpoint, token=token).list_repo_files(str(name), revision=revision)
+        try:
+            with hub_timeout(seconds):
+                files = HfApi(endpoint=endpoint, token=token).list_repo_files(str(name), revision=revision)
+        except OfflineModeIsEnabled:  # HF_HUB_OFFLINE: the snapshot below comes from the cache, or not at all
+            files = []
         ignore = list(_OTHER_WEIGHTS) + (["*.bin"] if any(f.endswith(".safetensors") for f in files) else [])
         folder = download_snapshot(str(name), revision=revision, token=token, endpoint=endpoint, timeout=seconds,
                                    allow_patterns=_HUB_FILES, ignore_patterns=ignore)
@@ -110,6 +114,8 @@ def locate(name: str | Path, *, revision: str | None = None, token: str | None =
     except RepositoryNotFoundError:
         raise ModelSourceError(f"{name}: no such folder, and no such model on the Hub (or it is private and no "
                                "token was given)") from None
+    except LocalEntryNotFoundError:
+        raise ModelSourceError(f"{name} is not in the Hub cache, and HF_HUB_OFFLINE is set") from None
     except HfHubHTTPError as err:
         raise ModelSourceError(f"the Hub refused {name}: {str(err).splitlines()[0]}") from None
     return PretrainedSource(str(name), folder, _format_of(folder, str(name)), hub_id=str(name), revision=folder.name)

@@ -129,11 +129,17 @@ def test_a_transformers_folder_of_another_head_gets_fresh_heads_and_drops_its_ow
     ({"max_seq_length": 128}, "max_seq_length 128 exceeds the 64 positions of --init_from"),
     ({"init_from": "./no/such/folder"}, "no such folder, and not a Hub repository id"),
     ({"init_from": "EMPTY"}, "neither a model folder"),
+    ({"init_from": "TRUNCATED"}, "runcated checkpoint data"),
 ])
 def test_settings_that_contradict_the_checkpoint_stop_in_one_line(corpus, tmp_path, capsys, extra, said):
     if extra.get("init_from") == "EMPTY":
         (tmp_path / "empty").mkdir()
         extra = {"init_from": str(tmp_path / "empty")}
+    if extra.get("init_from") == "TRUNCATED":
+        shutil.copytree(GOOGLE, tmp_path / "truncated")
+        data = tmp_path / "truncated" / "bert_model.ckpt.data-00000-of-00001"
+        data.write_bytes(data.read_bytes()[:1000])
+        extra = {"init_from": str(tmp_path / "truncated")}
     values = {k: v for k, v in {**settings(corpus, tmp_path / "run"), **extra}.items() if v is not None}
     assert main(argv(values)) == 2
     err = capsys.readouterr().err.strip()

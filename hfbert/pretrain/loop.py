@@ -516,7 +516,7 @@ def pretrain(config: PretrainConfig, *, callbacks: list[PretrainCallback] | None
     lengths = [p.max_seq_length for p in phases]
     origin = find_origin(config, accelerator, start.resuming, lengths)  # fresh, pretrained or resumed
     data = load_training_data(config, accelerator, lengths, tokenizer=origin.tokenizer)
-    model = build_model(origin, config, data, accelerator, model_init)
+    model = build_model(origin, config, data, model_init)
     _record_settings(config, accelerator, start, origin)
     optimizer, scheduler = _build_optimizer(config, model)
     model, optimizer = accelerator.prepare(model, optimizer)

@@ -47,7 +47,8 @@ ORIGIN_FILE = "init_from.json"
 @dataclass
 class Origin:
     """How the run's model starts: ``kind`` is "fresh", "pretrained" or "resumed"; a pretrained run carries its
-    architecture (``model_config``), and on a fresh start also the ``source`` and its ``tokenizer``; ``record``
+    architecture (``model_config``), and on a fresh start also the ``source``, its ``tokenizer`` and the loaded
+    ``model``; ``record``
     describes the source (for ``init_from.json`` and the model card)."""
 
     kind: str
@@ -55,6 +56,7 @@ class Origin:
     source: PretrainedSource | None = None
     tokenizer: Any = None
     record: dict | None = None
+    model: Any = None  # the pretrained model, loaded (fresh heads seeded) when the source was found
 
 
 def _read_record(output_dir: Path) -> dict:
@@ -101,9 +103,20 @@ def find_origin(config: PretrainConfig, accelerator, resuming: bool, lengths: li
                           f"positions of --init_from {config.init_from}")
     for warning in warnings:
         accelerator.print(f"warning: {warning}")
+    try:  # now, so that a corrupt checkpoint stops the run before any data is prepared
+        model, report = load_pretrained(source, HfBertForPreTraining, config=model_config, seed=config.seed)
+    except ModelSourceError as err:
+        raise ConfigError(f"init_from: {err}") from None
+    for line in report.lines():
+        accelerator.print(line)
+    accelerator.print(f"init_from: the optimizer and the learning-rate schedule start fresh (learning_rate "
+                      f"{config.learning_rate:g}; Google advises a smaller one for continued pretraining than "
+                      "from scratch)")
     record = {"init_from": config.init_from, "hub_id": source.hub_id, "revision": source.revision,
-              "format": source.format, "format_name": FORMATS[source.format], "config": model_config.to_dict()}
-    return Origin("pretrained", model_config, source, tokenizer, record)
+              "format": source.format, "format_name": FORMATS[source.format], "config": model_config.to_dict(),
+              "loaded": {"tensors": report.loaded, "fresh": report.fresh, "dropped": report.dropped,
+                         "skipped": report.skipped, "notes": report.notes}}
+    return Origin("pretrained", model_config, source, tokenizer, record, model)
 
 
 def record_origin(origin: Origin, output_dir: str | Path) -> None:
@@ -113,7 +126,7 @@ def record_origin(origin: Origin, output_dir: str | Path) -> None:
         path.write_text(json.dumps(origin.record, indent=1) + "\n", encoding="utf-8")
 
 
-def build_model(origin: Origin, config: PretrainConfig, data, accelerator, model_init=None):
+def build_model(origin: Origin, config: PretrainConfig, data, model_init=None):
     """The model for the corpora's tokenizer, checked against every manifest (vocabulary size, special ids): a
     fresh one (``model_init(model_config)`` when given, else :class:`HfBertForPreTraining`), the pretrained one, or
     (resuming) the architecture the checkpoint's weights are loaded into."""
@@ -132,19 +145,8 @@ def build_model(origin: Origin, config: PretrainConfig, data, accelerator, model
         except ValueError as err:
             raise ConfigError(str(err)) from None
     torch.manual_seed(config.seed)  # the same initial (and fresh-head) weights on every process and every start
-    if origin.source is None:
+    if origin.model is None:
         return (model_init or HfBertForPreTraining)(model_config)
     if model_init is not None:
         raise ConfigError("model_init builds a fresh model; it cannot be combined with --init_from")
-    try:
-        model, report = load_pretrained(origin.source, HfBertForPreTraining, config=model_config, seed=config.seed)
-    except ModelSourceError as err:
-        raise ConfigError(f"init_from: {err}") from None
-    for line in report.lines():
-        accelerator.print(line)
-    accelerator.print(f"init_from: the optimizer and the learning-rate schedule start fresh (learning_rate "
-                      f"{config.learning_rate:g}; Google advises a smaller one for continued pretraining than "
-                      "from scratch)")
-    origin.record["loaded"] = {"tensors": report.loaded, "fresh": report.fresh, "dropped": report.dropped,
-                               "skipped": report.skipped, "notes": report.notes}
-    return model
+    return origin.model
