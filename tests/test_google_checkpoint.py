@@ -166,3 +166,17 @@ def test_casing_comes_from_the_vocabulary_and_a_contradicting_flag_warns(tmp_pat
     assert len(warnings) == 1 and "cased vocabulary" in warnings[0]
     uncased, warnings = source_tokenizer(locate(GOOGLE))
     assert not warnings and uncased.tokenize("The") == ["the"]
+
+
+def test_the_recipes_and_load_any_bert_take_a_google_folder_directly():
+    from hfbert.hub import load_any_bert
+    from hfbert.tasks.loading import load_model, load_tokenizer
+
+    classifier = load_model("sequence-classification", "hfbert", str(GOOGLE), num_labels=3).eval()
+    tokenizer = load_tokenizer(str(GOOGLE))
+    batch = tokenizer(["the quick brown fox", "she was running"], padding=True, return_tensors="pt")
+    assert classifier(**batch).logits.shape == (2, 3)
+    pretrained = load_any_bert(GOOGLE).eval()
+    assert type(pretrained).__name__ == "HfBertForPreTraining"
+    assert torch.equal(classifier.bert.encoder.layer[1].output.dense.weight,
+                       pretrained.bert.encoder.layer[1].output.dense.weight)
