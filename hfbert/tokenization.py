@@ -8,7 +8,8 @@ Hub format and ``AutoTokenizer.from_pretrained`` reloads offline.
 Vocabulary layout (fixed, whatever ``num_unused`` is)::
 
     0 [PAD]   1 [UNK]   2 [CLS]   3 [SEP]   4 [MASK]   5.. [unused0] .. [unused{num_unused-1}]
-    then the alphabet (single characters and their "##" forms), then learned sub-words in merge order.
+    then the alphabet: the characters, then the "##" form of each character seen inside a word, both in code
+    point order; then the learned sub-words in the order they were learned.
 
 This is transformers' own ``BertTokenizer()`` default layout; it differs from Google's released vocabularies
 ([PAD], [unused0..98], [UNK]=100, [CLS]=101, ...), which :func:`bert_tokenizer_from_vocab` loads unchanged.
@@ -32,9 +33,16 @@ back across case-ignorable characters (Python turns "Α'Σ" into "α'ς", this p
 characters assigned or re-classified after the Unicode version of the running Python can be classed
 differently (Oniguruma's and Rust's tables are newer than Python 3.11's Unicode 14).
 
-Reproducibility: the `tokenizers` trainer breaks ties between equally frequent merges in hash order, which
-changes from process to process, so two runs on the same corpus agree on the alphabet and nearly all
-sub-words but may differ in the order (ids) of learned sub-words and in the last few, equally rare, entries.
+Reproducibility: training is deterministic.  The same corpus (its texts in any order) and settings give the same
+vocabulary, entry for entry, in every process, with any number of `tokenizers` threads.  Sub-words are learned as
+the `tokenizers` WordPiece trainer learns them (BPE merges, the most frequent adjacent pair first), with this
+tie-break: of equally frequent pairs, the one whose left piece comes first in the vocabulary layout above wins,
+then the one whose right piece does (a character before any "##" form, code point order within each, learned
+sub-words last, in the order learned).  The trainer breaks ties by its token ids, but numbers the "##" forms in
+hash-map order, which changes from process to process; :func:`train_wordpiece` therefore counts the words first
+(with the same `tokenizers` normalizer and pre-tokenizer, :func:`_word_counts`) and hands the trainer the whole
+alphabet, ordered, as its first tokens.  With ``limit_alphabet``, of equally frequent characters the lower code
+points are kept.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import json
 import os
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,8 +59,9 @@ from typing import Any, Literal
 
 import datasets
 import numpy as np
-from tokenizers import Tokenizer, trainers
+from tokenizers import Tokenizer, pre_tokenizers, trainers
 from tokenizers.models import WordPiece
+from tqdm.auto import tqdm
 from transformers import BertTokenizer
 
 from .arguments import CommandParser, UsageError, run_command
@@ -374,6 +384,96 @@ def _training_backend(
     return backend
 
 
+# The characters the BERT normalizer turns into a plain space before any other step.
+_TO_SPACE = str.maketrans("\t\n\r", "   ")
+
+
+def _chunk_counts(batches: Iterable[list[str]]) -> Counter[str]:
+    """How often each space-delimited chunk of text occurs in the corpus (tabs and line breaks are spaces too).
+
+    A chunk is the unit :func:`_word_counts` sends through the BERT pipeline once, however often it occurs.
+    """
+    counts: Counter[str] = Counter()
+    for texts in batches:
+        joined = " ".join(texts)  # the end of a text ends its last word, as a space does
+        if "\t" in joined or "\n" in joined or "\r" in joined:
+            joined = joined.translate(_TO_SPACE)
+        counts.update(joined.split(" "))
+    counts.pop("", None)
+    return counts
+
+
+def _word_counts(chunks: Counter[str], backend: Tokenizer) -> dict[str, int]:
+    """The words BERT's pipeline makes of the corpus (normalized, pre-tokenized) and how often each occurs.
+
+    These are exactly the counts the `tokenizers` trainer takes from the texts themselves, for less work: each
+    distinct chunk is normalized once, and each distinct space-delimited piece of the result is pre-tokenized
+    once, its words counting as often as the piece occurs.  Cutting at those spaces changes no word: the
+    normalizer turns spaces, tabs and line breaks into spaces first and otherwise works character by character
+    (the final-sigma rule looks at neighbours, but never across a space), and the pre-tokenizer ends a word at
+    every space and drops it.  ``tests/test_vocab_determinism.py`` checks the equality on text made to break it.
+    """
+    normalize, pre_tokenize = backend.normalizer.normalize_str, backend.pre_tokenizer.pre_tokenize_str
+    # Chunks that occur equally often are normalized, then cut, together: one C-level split and count per group.
+    by_count: dict[int, list[str]] = {}
+    for chunk, count in chunks.items():
+        by_count.setdefault(count, []).append(normalize(chunk))
+    pieces: Counter[str] = Counter()
+    for count, normalized in by_count.items():
+        for piece, times in Counter(" ".join(normalized).split(" ")).items():
+            pieces[piece] += times * count
+    pieces.pop("", None)
+    words: dict[str, int] = {}
+    for piece, count in pieces.items():
+        for word, _ in pre_tokenize(piece):
+            words[word] = words.get(word, 0) + count
+    return words
+
+
+def _initial_alphabet(
+    words: dict[str, int], limit_alphabet: int | None, prefix: str = "##"
+) -> tuple[list[str], list[str]]:
+    """The alphabet training starts from, in its vocabulary order: the characters the words contain, and the
+    ``##`` form of each character that occurs inside a word (not first), both in code point order.
+
+    ``limit_alphabet`` keeps that many characters, the most frequent (counted over every word occurrence); among
+    equally frequent ones, the lower code point.  This is the `tokenizers` trainer's alphabet, ordered: it sorts
+    the characters itself but numbers the ``##`` forms in hash-map order and breaks count ties at the limit in
+    hash-map order too.
+    """
+    frequency: Counter[str] = Counter()
+    inner: set[str] = set()
+    for word, count in words.items():
+        for char in word:
+            frequency[char] += count
+        inner.update(word[1:])
+    characters = sorted(frequency)
+    if limit_alphabet is not None and len(characters) > limit_alphabet:
+        # A stable sort: equally frequent characters stay in code point order.
+        characters = sorted(sorted(characters, key=lambda char: -frequency[char])[:limit_alphabet])
+    continuations = [prefix + char for char in characters if char in inner]
+    return characters, continuations
+
+
+def _as_texts(words: dict[str, int], size: int = 1 << 16) -> Iterator[str]:
+    """The words as texts again, each word as often as it occurs, separated by spaces, in texts of about ``size``
+    characters: what the trainer counts with a whitespace split, so that nothing is normalized twice."""
+    texts: list[str] = []
+    length = 0
+    for word in sorted(words):
+        left, per_text = words[word], max(1, size // (len(word) + 1))
+        while left:
+            times = min(left, per_text)
+            texts.append((word + " ") * times)
+            left -= times
+            length += times * (len(word) + 1)
+            if length >= size:
+                yield "".join(texts)
+                texts, length = [], 0
+    if texts:
+        yield "".join(texts)
+
+
 def train_wordpiece(
     corpus: Any,
     vocab_size: int = 30522,
@@ -392,11 +492,15 @@ def train_wordpiece(
 ) -> HfBertTokenizer:
     """Learn a WordPiece vocabulary of exactly ``vocab_size`` entries and return the BERT tokenizer over it.
 
+    The same corpus and settings give the same vocabulary, entry for entry, in every process (see the module
+    docstring: how ties are broken); the order of the texts in the corpus does not matter.
+
     Args:
         corpus: a ``datasets.Dataset`` / ``IterableDataset`` (column ``text_column``), a list of UTF-8 text
             files, globs or fsspec URLs (``.gz`` too; ``Path`` objects, or strings that name files or look like
             paths: :func:`hfbert.inputs.names_files`), or any iterable of strings (one text per item; a generator
-            is always read as texts).
+            is always read as texts).  It is read once; memory grows with its number of distinct
+            space-separated chunks, not with its size.
         vocab_size: total size, specials and ``[unused*]`` included.  The corpus must be able to fill it:
             otherwise a ``ValueError`` says how many entries it could give.
         lowercase / strip_accents / handle_chinese_chars: the BasicTokenizer options; ``strip_accents=None``
@@ -405,7 +509,7 @@ def train_wordpiece(
         num_unused: ``[unused0..]`` slots reserved after the specials (ids 5..), for tokens added later
             without resizing the embeddings.
         limit_alphabet: keep only this many most frequent characters (``None``: keep all, so Chinese and
-            Japanese text is not turned into [UNK]).
+            Japanese text is not turned into [UNK]); of equally frequent ones, the lower code points.
         max_input_chars_per_word: longer words become one [UNK] (200 as in Google's code).
         on_decode_error: ``"raise"`` (default) rejects a file that is not UTF-8, naming it; ``"replace"`` turns
             undecodable bytes into U+FFFD (dropped by BERT's text cleaning) and warns with their count.
@@ -416,19 +520,11 @@ def train_wordpiece(
     if on_decode_error not in ("raise", "replace"):
         raise ValueError(f"on_decode_error must be 'raise' or 'replace', got {on_decode_error!r}")
     specials = _special_tokens(num_unused)
-    backend = _training_backend(lowercase, strip_accents, handle_chinese_chars, max_input_chars_per_word)
-    # The trainer's own default is "no limit"; it rejects an explicit None.
-    alphabet_limit = {} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=specials,
-        continuing_subword_prefix="##",
-        show_progress=show_progress,
-        **alphabet_limit,
-    )
     stats = _CorpusStats()
-    backend.train_from_iterator(_corpus_batches(corpus, text_column, on_decode_error, stats), trainer=trainer)
+    batches = _corpus_batches(corpus, text_column, on_decode_error, stats)
+    if show_progress:
+        batches = tqdm(batches, desc="Reading the corpus", unit=" batches")
+    chunks = _chunk_counts(batches)
     if stats.non_blank == 0:
         where = f" ({', '.join(stats.sources)})" if stats.sources else ""
         raise ValueError(f"the corpus{where} is empty: {stats.texts} texts, none with non-whitespace characters")
@@ -437,15 +533,36 @@ def train_wordpiece(
             f"replaced {stats.replaced_bytes} undecodable byte sequence(s) with U+FFFD while reading the corpus",
             stacklevel=2,
         )
-    learned = backend.get_vocab()
-    if len(learned) <= len(specials):
+    backend = _training_backend(lowercase, strip_accents, handle_chinese_chars, max_input_chars_per_word)
+    words = _word_counts(chunks, backend)
+    del chunks
+    if not words:
         raise ValueError("the corpus contains no characters that survive BERT's text cleaning")
+    # The trainer numbers its special tokens first, in the order given: naming the whole alphabet as special
+    # tokens fixes every id it starts from, hence its tie-breaks.  Its merge loop is otherwise a function of the
+    # counts and those ids; the one exception, two queue entries for one pair with equal counts, needs a sub-word
+    # that two different merges make, which merging left to right all but rules out (none on the shipped corpus,
+    # People's Daily or thousands of random two-letter corpora, checked with a Python copy of the loop).
+    characters, continuations = _initial_alphabet(words, limit_alphabet)
+    # The trainer's own default is "no limit" (it rejects an explicit None); it keeps the initial alphabet first.
+    alphabet_limit = {} if limit_alphabet is None else {"limit_alphabet": limit_alphabet,
+                                                         "initial_alphabet": characters}
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[*specials, *characters, *continuations],
+        continuing_subword_prefix="##",
+        show_progress=show_progress,
+        **alphabet_limit,
+    )
+    counter = Tokenizer(WordPiece(unk_token="[UNK]"))
+    counter.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # the words are BERT's already; spaces part them
+    counter.train_from_iterator(_as_texts(words), trainer=trainer)
+    learned = counter.get_vocab(with_added_tokens=False)
     vocab = _fit_vocab_size(learned, vocab_size, len(specials), min_frequency)
     return bert_tokenizer_from_vocab(vocab, lowercase=lowercase, strip_accents=strip_accents,
                                      handle_chinese_chars=handle_chinese_chars, model_max_length=model_max_length,
                                      max_input_chars_per_word=max_input_chars_per_word)
-
-
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -130,14 +130,11 @@ def test_corpus_kinds_give_the_same_vocabulary(tmp_path, austen_lines):
     f1, f2 = tmp_path / "a.txt", tmp_path / "b.txt"
     f1.write_text("\n".join(lines[:120]) + "\n", encoding="utf-8")
     f2.write_text("\n".join(lines[120:]) + "\n", encoding="utf-8")
-    reference = set(train_wordpiece(iter(lines), 400).get_vocab())
+    reference = train_wordpiece(iter(lines), 400).get_vocab()
     ds = datasets.Dataset.from_dict({"body": lines})
     for corpus in ([f1, f2], [str(f1), str(f2)], ds, ds.to_iterable_dataset()):
-        vocab = set(train_wordpiece(corpus, 400, text_column="body").get_vocab())
-        # `tokenizers` breaks ties between equally frequent merges in hash order, so the last few learned
-        # entries may differ from run to run; the alphabet and nearly all sub-words must agree.
-        assert len(vocab) == 400 and len(vocab & reference) >= 390
-        assert {t for t in vocab if len(t) == 1} == {t for t in reference if len(t) == 1}
+        vocab = train_wordpiece(corpus, 400, text_column="body").get_vocab()
+        assert vocab == reference  # training is deterministic: every kind of corpus gives the same ids
 
 
 def test_cased_keeps_case_and_accents(austen_lines):
