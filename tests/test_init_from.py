@@ -6,7 +6,6 @@ checkpoint gone; the card's base_model through a local Hub server.
 The pretrained model is the committed Google fixture (hidden 32, 2 layers, 101-token vocabulary, 64 positions).
 """
 
-import gzip
 import json
 import shutil
 import signal
@@ -21,34 +20,17 @@ import torch
 import transformers
 from hub_server import allow_hub_calls, hub_server  # noqa: F401  (fixtures)
 from huggingface_hub import HfApi
-from test_pretrain import KILL_AFTER_CHECKPOINT, assert_same_weights, run_script
+from test_pretrain import (  # noqa: F401  (fixtures: the Austen head corpus, one thread for bitwise comparisons)
+    KILL_AFTER_CHECKPOINT, assert_same_weights, corpus, one_thread, run_script)
 
 from hfbert.data import prepare_corpus
 from hfbert.model_source import locate, source_tokenizer
 from hfbert.pretrain import PretrainCallback, main, pretrain
 from hfbert.pretrain.checkpointing import list_checkpoints
 from hfbert.pretrain.config import PretrainConfig
-from hfbert.pretrain.data import BUILTIN_CORPUS
 from hfbert.tf_checkpoint import read_checkpoint
 
 GOOGLE = Path(__file__).parent / "fixtures" / "google_bert_tiny"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    with gzip.open(BUILTIN_CORPUS, "rt", encoding="utf-8") as handle:
-        lines = [next(handle) for _ in range(300)]
-    path = tmp_path_factory.mktemp("corpus") / "austen_head.txt"
-    path.write_text("".join(lines), encoding="utf-8")
-    return path
 
 
 def settings(corpus: Path, output_dir: Path, **overrides) -> dict:
