@@ -8,7 +8,7 @@ import torch
 from transformers import BertTokenizerFast
 
 from hfbert.data import DataCollatorForBertPretraining, MaskingSpec, num_to_predict, truncate_seq_pair
-from hfbert.data.masking import mask_batch
+from hfbert.data.masking import RowStreams, mask_batch
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +75,12 @@ def test_fixed_selection_count_is_exact_and_never_special(tokenizer):
         assert np.all(np.diff(mine) > 0)
 
 
-def test_80_10_10_and_random_tokens_are_not_special(tokenizer):
+@pytest.mark.parametrize("source", ["generator", "row streams"])
+def test_80_10_10_and_random_tokens_are_not_special(tokenizer, source):
     ids, offsets, candidates = _rows(tokenizer, 3000, seed=2)
     spec = MaskingSpec.from_tokenizer(tokenizer)
-    corrupted, positions, labels, counts = mask_batch(ids, offsets, candidates, spec, np.random.default_rng(3))
+    rng = np.random.default_rng(3) if source == "generator" else RowStreams.for_rows(range(3000), [3])
+    corrupted, positions, labels, counts = mask_batch(ids, offsets, candidates, spec, rng)
     shown = corrupted[positions + np.repeat(offsets[:-1], counts)]
     n = len(shown)
     masked = np.mean(shown == tokenizer.mask_token_id)
@@ -122,6 +124,32 @@ def test_whole_word_masking_masks_whole_words_with_one_decision(tokenizer):
     # One 80/10/10 decision per word: a word is never part [MASK] (a random token may equal an original,
     # but that never mixes with [MASK] within one word).
     assert split_words == 0
+
+
+@pytest.mark.parametrize("whole_word_mask", [False, True])
+def test_row_streams_mask_a_row_the_same_in_any_batch(tokenizer, whole_word_mask):
+    ids, offsets, candidates = _rows(tokenizer, 60, seed=6)
+    starts = np.random.default_rng(0).random(len(ids)) < 0.6  # words of one to a few pieces
+    spec = MaskingSpec.from_tokenizer(tokenizer, whole_word_mask=whole_word_mask)
+    keys = RowStreams.for_rows(range(60), [11]).keys
+    split = [slice(offsets[r], offsets[r + 1]) for r in range(60)]
+
+    def masked(order):  # the rows in ``order`` as one batch -> row -> (corrupted ids, positions)
+        parts = [split[r] for r in order]
+        sub_offsets = np.concatenate(([0], np.cumsum([p.stop - p.start for p in parts])))
+        corrupted, positions, _, counts = mask_batch(
+            np.concatenate([ids[p] for p in parts]), sub_offsets, np.concatenate([candidates[p] for p in parts]),
+            spec, RowStreams(keys[list(order)]), np.concatenate([starts[p] for p in parts]))
+        ends = np.cumsum(counts)
+        return {r: (corrupted[sub_offsets[i]:sub_offsets[i + 1]].tolist(), positions[ends[i] - counts[i]:ends[i]]
+                    .tolist()) for i, r in enumerate(order)}
+
+    together = masked(range(60))
+    assert masked([7]) == {7: together[7]}
+    some = np.random.default_rng(1).permutation(60)[:25].tolist()
+    assert masked(some) == {r: together[r] for r in some}
+    other_keys = mask_batch(ids, offsets, candidates, spec, RowStreams.for_rows(range(60), [12]), starts)
+    assert other_keys[1].tolist() != [p for r in range(60) for p in together[r][1]]  # the key matters
 
 
 def test_bernoulli_selection_rate(tokenizer):

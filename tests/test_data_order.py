@@ -212,6 +212,46 @@ def _open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def _global_batch(corpus, collator, step: int, world: int, accumulation: int, global_batch: int) -> dict:
+    """Step ``step``'s whole batch as one process count and micro-batch split reads it: row -> its tokens as
+    trained on (masked), its labels and its NSP label, unpadded."""
+    batch_size = global_batch // (world * accumulation)
+    plan = BatchPlan(corpus.blocks("train"), batch_size, world, 42, 0, window=2, accumulation=accumulation)
+    rows = {}
+    for micro in range(step * accumulation, (step + 1) * accumulation):
+        for rank in range(world):
+            batch, _ = training_batch(corpus, collator, plan, micro, rank)
+            lengths = batch["attention_mask"].sum(1).tolist()
+            for i, row in enumerate(plan.rows(micro, rank)):
+                n = lengths[i]
+                rows[row] = (batch["input_ids"][i, :n].tolist(), batch["labels"][i, :n].tolist(),
+                             int(batch["next_sentence_label"][i]))
+    return rows
+
+
+def test_dynamic_masks_of_a_step_do_not_depend_on_processes_or_accumulation(dynamic_folder, en_tok):
+    corpus = PreparedCorpus.open(dynamic_folder)
+    collator = DataCollatorForBertPretraining(corpus.load_tokenizer(), whole_word_mask=True)
+    global_batch = 32
+    per_epoch = corpus.num_rows("train") // global_batch
+    assert 57 > per_epoch  # step 57 is in a later epoch than steps 0 and 1
+    for step in (0, 1, 57):
+        reference = _global_batch(corpus, collator, step, 1, 1, global_batch)
+        assert len(reference) == global_batch
+        assert sum(label != -100 for _, labels, _ in reference.values() for label in labels) > global_batch
+        for world, accumulation in [(2, 1), (4, 1), (1, 4), (2, 2), (4, 4)]:
+            assert _global_batch(corpus, collator, step, world, accumulation, global_batch) == reference, (
+                step, world, accumulation)
+    # a row is masked afresh each epoch
+    plan = BatchPlan(corpus.blocks("train"), global_batch, 1, 42, 0, window=2)
+    first, _ = training_batch(corpus, collator, plan, 0, 0)
+    row = plan.rows(0, 0)[0]
+    later = next(m for m in range(per_epoch, 2 * per_epoch) if row in plan.rows(m, 0))
+    again, _ = training_batch(corpus, collator, plan, later, 0)
+    j, n = plan.rows(later, 0).index(row), int(first["attention_mask"][0].sum())
+    assert first["labels"][0, :n].tolist() != again["labels"][j, :n].tolist()
+
+
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc")
 def test_at_most_max_open_files_shards_stay_open(static_folder, tmp_path, monkeypatch):
     many = reshard(Path(static_folder), tmp_path / "many", rows_per_shard=20)

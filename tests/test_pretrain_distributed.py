@@ -19,10 +19,10 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-from hfbert.data import PreparedCorpus
+from hfbert.data import DataCollatorForBertPretraining, PreparedCorpus
 from hfbert.pretrain import PretrainConfig, pretrain
 from hfbert.pretrain.checkpointing import latest_checkpoint
-from hfbert.pretrain.data import BatchPlan
+from hfbert.pretrain.data import BatchPlan, training_batch
 from test_pretrain import (  # noqa: F401  (fixtures)
     TINY_MODEL, assert_same_weights, corpus, logged_steps, one_thread, prepare_folders, settings, write_config)
 
@@ -43,31 +43,32 @@ def losses(output_dir: Path) -> dict[int, tuple[float, float]]:
 
 
 @pytest.fixture(scope="module")
-def static_folder(corpus, tmp_path_factory) -> Path:
-    """Static masks (the same masked positions however a batch is split), many short rows (uneven mask counts)."""
-    return prepare_folders(corpus, tmp_path_factory.mktemp("static"), lengths=(64,), masking="static", dupe_factor=2,
+def folder(corpus, tmp_path_factory) -> Path:
+    """Dynamic masks (each row's mask follows from the row and the seed, however a batch is split), many short
+    rows (uneven mask counts)."""
+    return prepare_folders(corpus, tmp_path_factory.mktemp("dynamic"), lengths=(64,), dupe_factor=2,
                            short_seq_prob=0.5)[64]
 
 
 @pytest.fixture(scope="module")
-def split_settings(static_folder):
+def split_settings(folder):
     """No dropout, fp32, 20 steps."""
     def make(output_dir, **overrides):
-        values = settings([static_folder], output_dir, max_steps=STEPS, model={**TINY_MODEL, **NO_DROPOUT},
+        values = settings([folder], output_dir, max_steps=STEPS, model={**TINY_MODEL, **NO_DROPOUT},
                           eval_steps=STEPS, save_steps=STEPS, max_eval_examples=8, logging_steps=1)
         values.update(overrides)
         return values
     return make
 
 
-def test_rows_of_a_step_have_different_masked_counts(static_folder):
+def test_rows_of_a_step_have_different_masked_counts(folder):
     """The premise of the comparisons below: the micro-batches of a step hold different numbers of masked tokens,
     so a mean of per-micro-batch means would differ from the mean over the step's tokens."""
-    corpus = PreparedCorpus.open(static_folder)
+    corpus = PreparedCorpus.open(folder)
+    collator = DataCollatorForBertPretraining(corpus.load_tokenizer())
     plan = BatchPlan(corpus.blocks("train"), 2, 1, 42, 0)  # the finest split below: micro-batches of two rows
     assert plan.batches_per_epoch >= 4 * STEPS  # no epoch boundary inside the comparison
-    counts = [sum(len(row["masked_lm_positions"]) for row in corpus.rows("train", plan.rows(micro, 0)))
-              for micro in range(4 * STEPS)]
+    counts = [training_batch(corpus, collator, plan, micro, 0)[1]["supervised"] for micro in range(4 * STEPS)]
     uneven = [len(set(counts[4 * s : 4 * s + 4])) > 1 for s in range(STEPS)]
     assert sum(uneven) >= STEPS // 2, counts
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from .masking import MaskingSpec, continuation_table, mask_batch
+from .masking import MaskingSpec, RowStreams, continuation_table, mask_batch
 
 __all__ = ["DataCollatorForBertPretraining"]
 
@@ -118,12 +118,14 @@ class DataCollatorForBertPretraining:
             return {name: torch.from_numpy(value) for name, value in batch.items()}
         return batch
 
-    def collate_arrays(self, arrays: Mapping[str, np.ndarray], rng: np.random.Generator | None = None) -> dict:
+    def collate_arrays(self, arrays: Mapping[str, np.ndarray],
+                       rng: np.random.Generator | RowStreams | None = None) -> dict:
         """The same batch as ``self(examples)`` from rows already gathered into padded arrays, as
         :meth:`hfbert.data.PreparedCorpus.read_arrays` gives them (a list column ``name`` as a ``(rows, longest)``
         array and its lengths ``name + "_length"``).  Static masks are scattered into ``labels`` in one step;
         dynamic masks are drawn for all rows at once with the original's rules, from ``rng`` when given (a generator
-        owned by the caller, so batches can be collated in another thread without touching torch's RNG)."""
+        owned by the caller, so batches can be collated in another thread without touching torch's RNG, or
+        :class:`~hfbert.data.masking.RowStreams`, one key per row, so each row's mask depends on its key alone)."""
         lengths = np.asarray(arrays["input_ids_length"], dtype=np.int64)
         count = len(lengths)
         if count == 0:
@@ -163,7 +165,7 @@ class DataCollatorForBertPretraining:
         return batch
 
     def _mask_rows(self, batch: dict, inside: np.ndarray, word_starts: np.ndarray | None,
-                   rng: np.random.Generator) -> None:
+                   rng: np.random.Generator | RowStreams) -> None:
         """Draw the dynamic masks of every row of ``batch`` at once (:func:`~hfbert.data.masking.mask_batch`, the
         original's rules): ``input_ids`` corrupted in place, ``labels`` set at the selected positions."""
         lengths = inside.sum(axis=1)

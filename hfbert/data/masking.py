@@ -23,20 +23,78 @@ Options beyond the original, each a documented switch:
   the [SEP]).
 
 Masks are drawn for many sequences at once (:func:`mask_batch`, one sort per batch instead of a Python loop per
-token); the selection rule and the probabilities are the original's, the order of random draws is not.
+token); the selection rule and the probabilities are the original's, the order of random draws is not.  The random
+numbers come either from one generator for the whole batch, or from :class:`RowStreams`: each row's own key, so
+that a row's mask depends on that key and the row's tokens, not on which other rows share its batch.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
-__all__ = ["MaskingSpec", "mask_batch", "mask_sequence", "num_to_predict", "replacement_pool", "continuation_table"]
+__all__ = ["MaskingSpec", "RowStreams", "continuation_table", "mask_batch", "mask_sequence", "num_to_predict",
+           "replacement_pool", "splitmix64"]
 
 _BRACKETED = re.compile(r"^\[[^\[\]]+\]$")
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment
+
+# The three uses of randomness in a mask, numbered so that each row has an independent stream for each.
+_SELECTION, _DECISION, _REPLACEMENT = 0, 1, 2
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: a fast, well-mixed 64-bit hash of each value (uint64 arithmetic wraps by design)."""
+    x = np.asarray(x, dtype=np.uint64)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+class RowStreams:
+    """Counter-based random numbers keyed by row: draw ``i`` of stream ``s`` of row ``r`` is a hash of
+    ``(keys[r], s, i)``, where ``i`` is a position within the row.
+
+    A batch masked with these gives each row the mask its key and tokens determine, however the rows are grouped
+    into batches, micro-batches or processes (a generator shared by the batch would make each row's mask depend on
+    the rows drawn before it).
+    """
+
+    def __init__(self, keys):
+        self.keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
+
+    @classmethod
+    def for_rows(cls, rows, seed: Sequence[int]) -> RowStreams:
+        """Streams for rows numbered ``rows`` (non-negative integers) under ``seed``: key = a hash of both."""
+        base = np.random.SeedSequence(list(seed)).generate_state(1, np.uint64)[0]
+        return cls(splitmix64(base + (np.asarray(rows, dtype=np.uint64) + np.uint64(1)) * _GOLDEN))
+
+    def uniform(self, stream: int, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """Uniform floats in ``[0, 1)``, one per ``(rows[j], index[j])``."""
+        counter = np.asarray(index, dtype=np.uint64) + np.uint64(stream << 32)
+        bits = splitmix64(self.keys[np.asarray(rows, dtype=np.int64)] ^ splitmix64(counter * _GOLDEN))
+        return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+    def integers(self, stream: int, rows: np.ndarray, index: np.ndarray, high: int) -> np.ndarray:
+        """Integers in ``[0, high)``, one per ``(rows[j], index[j])``."""
+        return np.minimum((self.uniform(stream, rows, index) * high).astype(np.int64), high - 1)
+
+
+class _SharedStream:
+    """One generator's numbers in the order they are asked for, whatever the rows (a batch's single stream)."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+
+    def uniform(self, stream: int, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return self.rng.random(len(rows))
+
+    def integers(self, stream: int, rows: np.ndarray, index: np.ndarray, high: int) -> np.ndarray:
+        return self.rng.integers(0, high, len(rows))
 
 
 def num_to_predict(length: int, masked_lm_prob: float, max_predictions_per_seq: int) -> int:
@@ -129,10 +187,12 @@ def mask_batch(
     offsets: np.ndarray,
     candidates: np.ndarray,
     spec: MaskingSpec,
-    rng: np.random.Generator,
+    rng: np.random.Generator | RowStreams,
     word_starts: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Corrupt many sequences stored back to back; row ``r`` is ``ids[offsets[r]:offsets[r + 1]]``.
+
+    ``rng``: a generator drawn from in turn for the whole batch, or :class:`RowStreams` (one key per row).
 
     ``candidates`` (bool, same shape as ``ids``) marks the positions that may be selected: never specials or
     padding.  ``word_starts`` (1 = token begins a word) is required under whole-word masking.  The fixed count
@@ -152,22 +212,32 @@ def mask_batch(
     unit_first = cand_pos[np.flatnonzero(unit_start[cand_pos])]
     unit_row = row_of[unit_first]
     unit_len = np.bincount(unit_of, minlength=n_units)
+    source = rng if isinstance(rng, RowStreams) else _SharedStream(rng)
+    unit_index = unit_first - offsets[unit_row]  # where each unit starts in its row: its draws' counter
+    order_keys = source.uniform(_SELECTION, unit_row, unit_index)
     if spec.selection == "bernoulli":
-        chosen_unit = rng.random(n_units) < spec.masked_lm_prob
+        chosen_unit = order_keys < spec.masked_lm_prob
     else:
         quota = np.minimum(spec.max_predictions_per_seq,
                            np.maximum(1, np.rint(lengths * spec.masked_lm_prob).astype(np.int64)))
-        chosen_unit = _fixed_selection(unit_row, unit_len, quota, len(lengths), rng)
+        chosen_unit = _fixed_selection(unit_row, unit_len, quota, len(lengths), order_keys)
     selected = cand_pos[chosen_unit[unit_of]]
+    selected_row = row_of[selected]
     per_word = spec.whole_word_mask and spec.wwm_per_word_decision
     # One uniform per decision (a word, or a token): < 0.8 -> [MASK], < 0.9 -> unchanged, else a random token.
-    draws = rng.random(n_units)[unit_of[chosen_unit[unit_of]]] if per_word else rng.random(len(selected))
+    if per_word:
+        draws = source.uniform(_DECISION, unit_row, unit_index)[unit_of[chosen_unit[unit_of]]]
+    else:
+        draws = source.uniform(_DECISION, selected_row, selected - offsets[selected_row])
     corrupted = ids.copy()
     corrupted[selected[draws < 0.8]] = spec.mask_token_id
-    replace = selected[draws >= 0.9]
-    corrupted[replace] = spec.replacement_ids[rng.integers(0, len(spec.replacement_ids), len(replace))]
-    counts = np.bincount(row_of[selected], minlength=len(lengths))
-    return corrupted, selected - offsets[row_of[selected]], ids[selected], counts
+    replace = draws >= 0.9
+    replace_row = selected_row[replace]
+    picks = source.integers(_REPLACEMENT, replace_row, selected[replace] - offsets[replace_row],
+                            len(spec.replacement_ids))
+    corrupted[selected[replace]] = spec.replacement_ids[picks]
+    counts = np.bincount(selected_row, minlength=len(lengths))
+    return corrupted, selected - offsets[selected_row], ids[selected], counts
 
 
 def _unit_starts(candidates: np.ndarray, offsets: np.ndarray, word_starts: np.ndarray | None) -> np.ndarray:
@@ -187,12 +257,12 @@ def _unit_starts(candidates: np.ndarray, offsets: np.ndarray, word_starts: np.nd
     return starts | (candidates & after_gap)
 
 
-def _fixed_selection(unit_row, unit_len, quota, n_rows, rng) -> np.ndarray:
+def _fixed_selection(unit_row, unit_len, quota, n_rows, order_keys) -> np.ndarray:
     """The original's selection: visit units in random order, skip one that would overshoot the row's quota,
     stop when the quota is met.  Single-token units never overshoot, so without whole-word masking this is just
     "the first ``quota`` units of a random order", done with one sort for all rows."""
     # Units are in row order already; adding a uniform in [0, 1) to the row number shuffles within rows only.
-    order = np.argsort(unit_row + rng.random(len(unit_row)))
+    order = np.argsort(unit_row + order_keys)
     chosen = np.zeros(len(unit_row), dtype=bool)
     row_first = np.searchsorted(unit_row[order], np.arange(n_rows))
     if np.all(unit_len == 1):

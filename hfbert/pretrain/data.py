@@ -13,8 +13,9 @@ input (``--input``, ``--dataset`` or the built-in corpus) into ``output_dir/prep
   depend on how often the job was interrupted. Reading by index rather than giving each process its own shards
   keeps the batch of a step independent of the number of processes and lets any number of processes share any
   number of shards.
-* Dynamic masks are drawn by the collator from a generator seeded by ``(seed, phase, micro-batch, process)``,
-  so they too depend only on the position in the schedule.
+* Dynamic masks are drawn by the collator from each row's own key, a hash of ``(seed, phase, epoch, row)``
+  (:meth:`BatchPlan.mask_streams`, :class:`hfbert.data.masking.RowStreams`): a row's mask does not depend on the
+  number of processes, on how a step is split into micro-batches, or on where a run was resumed.
 * The held-out set is the prepared validation split (whole documents held out when the folder was built),
   capped at ``max_eval_examples`` rows spread over all shards, and masked once: statically in the folder, or,
   for a dynamically masked folder, by the collator with a seed fixed by the batch's number. Every evaluation
@@ -39,6 +40,7 @@ from accelerate.utils import broadcast_object_list
 
 from ..data import DataCollatorForBertPretraining, PreparedCorpus, prepare_corpus
 from ..data.collator import IGNORE_INDEX
+from ..data.masking import RowStreams, splitmix64
 from ..data.settings import ExampleSettings
 from ..data.shards import ROW_GROUP_SIZE
 from ..data.sources import BUILTIN_CORPUS, load_dataset_split
@@ -58,6 +60,7 @@ PAD_TO_MULTIPLE_OF = 8
 #: Row groups whose rows are mixed together in the training order (see :class:`BatchPlan`, docs/data.md).
 SHUFFLE_WINDOW = 32
 _HELD_OUT_STREAM = 0x686F6C64  # separates the held-out masks' seeds from the training masks'
+_MASK_STREAM = 0x6D61736B  # separates the training masks' keys from the batch order's
 # Errors of reading or building data that a user can fix: a missing file, a corrupt shard, an empty input.
 _DATA_ERRORS = (FileNotFoundError, FileExistsError, KeyError, ValueError)
 
@@ -318,13 +321,6 @@ def _stats(corpora: dict[int, PreparedCorpus], held_out: dict[int, list], length
 # Batches
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser: a fast, well-mixed 64-bit hash (uint64 arithmetic wraps by design)."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
 class Permutation:
     """A seeded bijection of ``[0, n)`` that costs O(1) memory, however large ``n``.
 
@@ -348,7 +344,7 @@ class Permutation:
     def _encrypt(self, x: np.ndarray) -> np.ndarray:
         left, right = x >> self.half, x & self.mask
         for key in self.keys:
-            left, right = right, left ^ (_mix(right ^ key) & self.mask)
+            left, right = right, left ^ (splitmix64(right ^ key) & self.mask)
         return (left << self.half) | right
 
     def __call__(self, positions) -> np.ndarray:
@@ -386,7 +382,7 @@ class BatchPlan:
     """
 
     def __init__(self, blocks, batch_size: int, world_size: int, seed: int, phase: int,
-                 window: int = SHUFFLE_WINDOW):
+                 window: int = SHUFFLE_WINDOW, accumulation: int = 1):
         if isinstance(blocks, (int, np.integer)):
             full, rest = divmod(int(blocks), ROW_GROUP_SIZE)
             blocks = [ROW_GROUP_SIZE] * full + ([rest] if rest else [])
@@ -395,15 +391,18 @@ class BatchPlan:
             raise ValueError(f"the shuffle window must be at least 1 row group, got {window}")
         num_examples = int(self.sizes.sum())
         global_batch = batch_size * world_size
-        if num_examples < global_batch:
+        if num_examples < global_batch * accumulation:
+            split = f"{batch_size} x {world_size} processes" + (f" x {accumulation} micro-batches" if accumulation > 1
+                                                                 else "")
             raise ValueError(
                 f"the training set has {num_examples} examples, fewer than one global batch "
-                f"({batch_size} x {world_size} processes); use a larger corpus or a smaller batch_size"
+                f"({split}); use a larger corpus or a smaller batch_size"
             )
         self.num_examples, self.batch_size, self.world_size = num_examples, batch_size, world_size
         self.seed, self.phase, self.window = seed, phase, window
         self.starts = np.cumsum(self.sizes) - self.sizes  # the first row of each block
-        self.batches_per_epoch = num_examples // global_batch
+        # Whole optimizer steps per epoch: the tail skipped is the same however the step's batch is split.
+        self.batches_per_epoch = num_examples // (global_batch * accumulation) * accumulation
         self._epoch, self._order, self._ends = -1, None, None
         self._windows: dict[tuple[int, int], np.ndarray] = {}
 
@@ -453,19 +452,22 @@ class BatchPlan:
         """The rows process ``rank`` reads at micro-batch ``micro`` (ascending)."""
         return self.global_rows(micro)[rank * self.batch_size : (rank + 1) * self.batch_size].tolist()
 
-    def mask_seed(self, micro: int, rank: int) -> int:
-        """The seed of the dynamic masks of one micro-batch on one process."""
-        return int(np.random.SeedSequence([self.seed, self.phase, micro, rank]).generate_state(1)[0])
+    def mask_streams(self, micro: int, rank: int) -> RowStreams:
+        """The dynamic masks' random numbers for the rows process ``rank`` reads at micro-batch ``micro``, in the
+        order of :meth:`rows`: each row's key is a hash of ``(seed, phase, epoch, row)``, so a row is masked afresh
+        each epoch and the same way whichever process or micro-batch reads it."""
+        epoch = micro // self.batches_per_epoch
+        return RowStreams.for_rows(self.rows(micro, rank), [self.seed, self.phase, epoch, _MASK_STREAM])
 
 
 def training_batch(corpus: PreparedCorpus, collator: DataCollatorForBertPretraining, plan: BatchPlan, micro: int,
                    rank: int, pin_memory: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Process ``rank``'s share of micro-batch ``micro``: its rows gathered into arrays and collated (masks from a
-    generator seeded by :meth:`BatchPlan.mask_seed`, torch's RNG untouched, so this can run in another thread),
+    keys of :meth:`BatchPlan.mask_streams`, torch's RNG untouched, so this can run in another thread),
     and what the loop counts on the host instead of asking the device: the supervised labels in row-major order
     (``targets``), their number (``supervised``) and the real tokens (``tokens``)."""
     arrays = corpus.read_arrays("train", plan.rows(micro, rank), {"input_ids": collator.pad_token_id})
-    batch = collator.collate_arrays(arrays, np.random.default_rng(plan.mask_seed(micro, rank)))
+    batch = collator.collate_arrays(arrays, plan.mask_streams(micro, rank))
     labels = batch["labels"]
     counts = {"targets": labels[labels != IGNORE_INDEX], "tokens": int(arrays["input_ids_length"].sum())}
     counts["supervised"] = int(counts["targets"].numel())

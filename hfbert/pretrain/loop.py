@@ -224,7 +224,8 @@ class _Loop:
         self.phases, self.state = phases, state
         world, seed = accelerator.num_processes, config.seed
         self.plans = [BatchPlan(data.corpora[p.max_seq_length].blocks("train"), p.batch_size, world, seed, p.index,
-                                window=config.shuffle_window) for p in phases]
+                                window=config.shuffle_window, accumulation=config.gradient_accumulation_steps)
+                      for p in phases]
         for phase, plan in zip(phases, self.plans):  # each decoded block serves its window, then is dropped
             corpus = data.corpora[phase.max_seq_length]
             corpus.set_cache(max(corpus.cached_blocks, plan.cache_blocks))
