@@ -31,9 +31,11 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +52,12 @@ from huggingface_hub import (
     snapshot_download,
 )
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
-from huggingface_hub.utils import validate_repo_id
+from huggingface_hub.utils import filter_repo_objects, validate_repo_id
+
+try:  # the HTTP library of huggingface_hub's clients: httpx2 from huggingface_hub 2, httpx before
+    import httpx2 as _httpx
+except ImportError:
+    import httpx as _httpx
 
 from .arguments import CommandParser, UsageError, run_command
 from .convert import head_of, model_class
@@ -120,47 +127,163 @@ def resolve_timeout(timeout: float | None = None) -> float:
 
 
 class HubWaitExceeded(TimeoutError):
-    """The Hub gave no answer for the whole limit of a :func:`hub_timeout` block, retries included. Raised instead of
-    starting another try (huggingface_hub does not retry it)."""
+    """The deadline of a :func:`hub_timeout` block passed (retries included), or would pass before huggingface_hub's
+    next try of a request the Hub answered with an error; raised instead of waiting on (huggingface_hub does not
+    retry it)."""
 
-    def __init__(self, request, seconds: float):
-        super().__init__(f"no answer from the Hub for {seconds:g} s, retries included; not trying {request.method} "
-                         f"{request.url} again")
-        self.request = request
+    def __init__(self, request, seconds: float, answer: str | None = None):
+        why = f"the Hub answered {answer} and the next try would end past the limit" if answer else \
+            "the limit passed"
+        super().__init__(f"{why} ({seconds:g} s for the whole operation, retries included); not trying "
+                         f"{request.method} {request.url} again")
+        self.request, self.answer = request, answer
+
+
+# Bytes per second that any transfer is granted: each megabyte an operation moves adds one second to its deadline.
+# A link slower than this needs a larger limit.
+MIN_TRANSFER_RATE = 1_000_000
+# huggingface_hub's pause before its n-th retry of a request (http_backoff's defaults: 1 s, doubling, at most 8 s).
+_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def _pause_before_retry(tries: int) -> float:
+    return min(8.0, 2.0 ** (tries - 1))
 
 
 class _Limit:
-    """One open :func:`hub_timeout` block: its limit and when the Hub last answered."""
+    """One open :func:`hub_timeout` block: its deadline, and the sockets of its requests (to stop them there)."""
 
-    def __init__(self, seconds: float):
-        self.seconds, self.last_answer = seconds, time.monotonic()
+    def __init__(self, seconds: float, transfer_bytes: int = 0):
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds + transfer_bytes / MIN_TRANSFER_RATE
+        self.thread = threading.get_ident()  # requests of this thread obey this block (others: every open one)
+        self.sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self.answers: dict[tuple[str, str], int] = {}  # (method, url) -> error answers that huggingface_hub retries
+        self.lock = threading.Lock()
+        self.closed = threading.Event()
 
     def left(self) -> float:
-        return self.seconds - (time.monotonic() - self.last_answer)
+        return self.deadline - time.monotonic()
+
+    def received(self, size: int) -> None:
+        with self.lock:
+            self.deadline += size / MIN_TRANSFER_RATE
+
+    def retried_too_late(self, request, status: int) -> bool:
+        """Whether huggingface_hub's pause before retrying this answer would end past the deadline."""
+        with self.lock:
+            key = (request.method, str(request.url))
+            self.answers[key] = tries = self.answers.get(key, 0) + 1
+        return _pause_before_retry(tries) >= self.left()
+
+    def watch(self) -> None:
+        """Until the block closes: once the deadline has passed, shut the block's sockets down. A thread blocked
+        reading or writing one wakes with an error, which the trace hook turns into :class:`HubWaitExceeded`: the
+        only way to stop a transfer that keeps trickling in (or out), where every single read makes progress."""
+        while not self.closed.wait(max(self.left(), 0.0) + 0.01):
+            if self.left() <= 0:
+                for sock in list(self.sockets):
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
+                self.sockets.clear()
+                # Keep watching: a connection that was being opened at the deadline registers its socket late.
+                self.closed.wait(0.25)
 
 
 _TIMEOUT_LOCK = threading.Lock()
 _active_limits: list[_Limit] = []  # the hub_timeout blocks now open, innermost last
+_saved_xet: list[bool] = []  # huggingface_hub's Xet switch as it was before the first open block
+_LIMITS = "hfbert_limits"  # the request extension that carries the limits a request obeys
+
+
+def _limits_here() -> list[_Limit]:
+    """The blocks a request made now obeys: those its thread opened, else (a worker thread of huggingface_hub,
+    uploading or downloading for a block) every open block."""
+    active = list(_active_limits)
+    return [limit for limit in active if limit.thread == threading.get_ident()] or active
+
+
+def _expired(limits: list[_Limit]) -> _Limit | None:
+    return next((limit for limit in limits if limit.left() <= 0), None)
+
+
+def _remember_socket(limits: list[_Limit], stream) -> None:
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        for limit in limits:
+            limit.sockets.add(sock)
+
+
+# The httpcore steps of a request (trace events "<module>.<step>.<started|complete|failed>") that wait on the network
+_WAITING_STEPS = frozenset({"connect_tcp", "connect_unix_socket", "start_tls", "send_request_headers",
+                            "send_request_body", "receive_response_headers", "receive_response_body"})
+
+
+def _tracer(request, limits: list[_Limit], previous):
+    """The request's ``trace`` extension (httpcore calls it around every step): records each new connection's socket
+    for the watchdog, and once the deadline has passed, stops the request at its next step -- or replaces the error
+    of a step the watchdog cut -- with :class:`HubWaitExceeded`, which huggingface_hub does not retry."""
+    def trace(event: str, info: dict) -> None:
+        if previous is not None:
+            previous(event, info)
+        step, _, stage = event.rpartition(".")
+        step = step.rpartition(".")[2]
+        if step not in _WAITING_STEPS:
+            return
+        if stage == "complete" and step in ("connect_tcp", "connect_unix_socket", "start_tls"):
+            _remember_socket(limits, info.get("return_value"))
+        elif (limit := _expired(limits)) is not None:
+            raise HubWaitExceeded(request, limit.seconds) from info.get("exception")
+
+    return trace
+
+
+class _CountedBody(_httpx.SyncByteStream):
+    """A response body that grants its block :data:`MIN_TRANSFER_RATE` per byte received, and stops between reads
+    once the deadline has passed."""
+
+    def __init__(self, stream, request, limits: list[_Limit]):
+        self.stream, self.request, self.limits = stream, request, limits
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.stream:
+            if (limit := _expired(self.limits)) is not None:
+                raise HubWaitExceeded(self.request, limit.seconds)
+            for limit in self.limits:
+                limit.received(len(chunk))
+            yield chunk
+
+    def close(self) -> None:
+        self.stream.close()
 
 
 def _apply_limit(request) -> None:
     """A request hook of huggingface_hub's clients: while a :func:`hub_timeout` block is open, the request waits at
-    most the time left until the limit (since the Hub's last answer) to connect, for each read and each write --
-    whatever limit its caller passed, ``None`` (no limit) included; with no time left it is not sent."""
-    if not _active_limits:
+    most the block's limit (and never past its deadline) to connect, for each read and each write -- whatever its
+    caller passed, ``None`` (no limit) included -- and is traced (:func:`_tracer`); past the deadline it is not sent."""
+    limits = _limits_here()
+    if not limits:
         return
-    limit = _active_limits[-1]
-    left = limit.left()
-    if left <= 0:
+    if (limit := _expired(limits)) is not None:
         raise HubWaitExceeded(request, limit.seconds)
-    request.extensions["timeout"] = {"connect": left, "read": left, "write": left, "pool": left}
+    wait = min(min(limit.left() for limit in limits), min(limit.seconds for limit in limits))
+    request.extensions["timeout"] = {"connect": wait, "read": wait, "write": wait, "pool": wait}
+    request.extensions["trace"] = _tracer(request, limits, request.extensions.get("trace"))
+    request.extensions[_LIMITS] = limits
 
 
-def _note_answer(response) -> None:
-    """A response hook: the Hub answered, so the wait of every open block starts again."""
-    now = time.monotonic()
-    for limit in list(_active_limits):
-        limit.last_answer = now
+def _on_answer(response) -> None:
+    """A response hook: watch the connection (a kept-alive one was opened before the request), count the body, and
+    stop an error answer that huggingface_hub would retry after a pause that ends past the deadline."""
+    limits = response.request.extensions.get(_LIMITS)
+    if not limits:
+        return
+    _remember_socket(limits, response.extensions.get("network_stream"))
+    response.stream = _CountedBody(response.stream, response.request, limits)
+    if response.status_code in _RETRY_STATUSES:
+        for limit in limits:
+            if limit.retried_too_late(response.request, response.status_code):
+                raise HubWaitExceeded(response.request, limit.seconds, answer=f"HTTP {response.status_code}")
 
 
 def _with_limit(factory):
@@ -169,7 +292,7 @@ def _with_limit(factory):
         client = factory()
         hooks = client.event_hooks
         client.event_hooks = {**hooks, "request": [*hooks.get("request", []), _apply_limit],
-                              "response": [*hooks.get("response", []), _note_answer]}
+                              "response": [*hooks.get("response", []), _on_answer]}
         return client
 
     make.hfbert_limited = True
@@ -186,21 +309,31 @@ def _install_limit() -> None:
 
 
 @contextlib.contextmanager
-def hub_timeout(timeout: float | None = None) -> Iterator[float]:
-    """Within the block, huggingface_hub's requests give up once the Hub has not answered for ``timeout`` seconds
-    (see :func:`resolve_timeout`), retries included, connecting and between bytes read or written; yields the
-    seconds. Requests made by other threads while a block is open get the limit too; outside the blocks, nothing
-    changes (see the module docstring)."""
+def hub_timeout(timeout: float | None = None, *, transfer_bytes: int = 0) -> Iterator[float]:
+    """Within the block, huggingface_hub's requests stop at a deadline fixed when the block opens: ``timeout``
+    seconds (see :func:`resolve_timeout`) plus one second per :data:`MIN_TRANSFER_RATE` bytes of ``transfer_bytes``
+    (what the block is known to send, e.g. a folder to push) and of every response body received. Retries,
+    answers and transfers in progress count; no single wait (to connect, for each read or write) lasts longer than
+    ``timeout``. Xet transfers are off in the block (``hf_xet`` runs its own client, which no limit reaches), so
+    files move over plain HTTP. Yields the seconds. Requests made by other threads while a block is open obey it
+    too; outside the blocks, nothing changes (see the module docstring)."""
     seconds = resolve_timeout(timeout)
-    limit = _Limit(seconds)
+    limit = _Limit(seconds, transfer_bytes)
     with _TIMEOUT_LOCK:
         _install_limit()
+        if not _active_limits:
+            _saved_xet.append(constants.HF_HUB_DISABLE_XET)
+            constants.HF_HUB_DISABLE_XET = True
         _active_limits.append(limit)
+    threading.Thread(target=limit.watch, name="hfbert-hub-deadline", daemon=True).start()
     try:
         yield seconds
     finally:
+        limit.closed.set()
         with _TIMEOUT_LOCK:
             _active_limits.remove(limit)
+            if not _active_limits:
+                constants.HF_HUB_DISABLE_XET = _saved_xet.pop()
 
 
 def _timed_out(err: BaseException) -> BaseException | None:
@@ -224,9 +357,11 @@ def _request_of(err: BaseException) -> str:
 
 def _timeout_sentence(err: BaseException, *, endpoint: str, seconds: float, doing: str) -> str:
     request = _request_of(err)
-    return (f"the Hub at {endpoint} did not answer within {seconds:g} s while {doing}"
-            f"{f' ({type(err).__name__} on {request})' if request else f' ({type(err).__name__})'}. Check the "
-            f"network or HF_ENDPOINT; on a slow link raise the limit with --hub_timeout SECONDS (or {TIMEOUT_ENV}).")
+    answer = getattr(err, "answer", None)
+    where = f" on {request}{f', answered {answer}' if answer else ''}" if request else ""
+    return (f"the Hub at {endpoint} did not answer within {seconds:g} s while {doing} ({type(err).__name__}{where}). "
+            f"Check the network or HF_ENDPOINT; on a slow link raise the limit with --hub_timeout SECONDS (or "
+            f"{TIMEOUT_ENV}).")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -280,6 +415,12 @@ def _check_folder(folder: Path, repo_type: str) -> list[Path]:
     return files
 
 
+def _upload_size(folder: Path, files: list[Path], ignore_patterns) -> int:
+    """Bytes of the files a push of ``folder`` uploads (those ``ignore_patterns`` leave)."""
+    names = {str(path.relative_to(folder).as_posix()): path for path in files}
+    return sum(names[name].stat().st_size for name in filter_repo_objects(names, ignore_patterns=list(ignore_patterns)))
+
+
 def push_to_hub(
     folder: str | Path,
     repo_id: str,
@@ -305,7 +446,7 @@ def push_to_hub(
     if repo_type not in REPO_TYPES:
         raise ValueError(f"repo_type must be one of {REPO_TYPES}, got {repo_type!r}")
     folder = Path(folder)
-    _check_folder(folder, repo_type)
+    files = _check_folder(folder, repo_type)
     validate_repo_id(repo_id)  # HFValidationError (a ValueError) names the bad id
     if revision is not None and (not revision or revision.startswith("refs/")):
         raise ValueError(f"revision must be a branch name, got {revision!r}")
@@ -313,7 +454,7 @@ def push_to_hub(
     api = HfApi(endpoint=endpoint, token=token)
     branch = revision or "main"
     try:
-        with hub_timeout(seconds):
+        with hub_timeout(seconds, transfer_bytes=_upload_size(folder, files, ignore_patterns)):
             commit = _push(api, folder, repo_id, repo_type, branch, tag, private, commit_message, ignore_patterns)
     except Exception as err:
         message = _explain(err, endpoint=api.endpoint, repo_id=repo_id, folder=folder, seconds=seconds)

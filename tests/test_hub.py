@@ -415,16 +415,16 @@ def assert_unlimited_outside_the_blocks(silent_server) -> None:
 
 def test_hub_timeout_limits_every_request_and_every_replacement_client(silent_server, monkeypatch):
     allow_hub_calls(monkeypatch)
-    with pytest.raises(KeyError), hub_timeout(2.5) as seconds, hub_timeout(0.5):
+    with pytest.raises(KeyError), hub_timeout(2.5) as seconds:
         assert seconds == 2.5
         started = time.monotonic()
-        with pytest.raises(Exception, match="timed out"):
+        with hub_timeout(0.5), pytest.raises(Exception, match="timed out|limit passed"):
             get_session().get(silent_server.url, timeout=None)  # a caller's "no limit" is limited too
-        assert time.monotonic() - started < 2  # the innermost block's limit
+        assert time.monotonic() - started < 1.5  # the earliest deadline of the blocks
         close_session()  # what huggingface_hub does after a refused connection: the next client is a new one
-        with pytest.raises(Exception, match="timed out|no answer"):
+        with hub_timeout(0.5), pytest.raises(Exception, match="timed out|limit passed"):
             get_session().get(silent_server.url, timeout=None)
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 2.5
         raise KeyError("boom")
     assert_unlimited_outside_the_blocks(silent_server)
     with pytest.raises(ValueError, match="timeout must be a positive, finite number of seconds, got 0"):
@@ -437,7 +437,7 @@ def test_the_limit_bounds_the_whole_wait_retries_included(silent_server, monkeyp
     allow_hub_calls(monkeypatch)
     with hub_timeout(1.0):
         started = time.monotonic()
-        with pytest.raises(HubWaitExceeded, match=r"no answer from the Hub for 1 s, retries included"):
+        with pytest.raises(HubWaitExceeded, match=r"the limit passed \(1 s for the whole operation, retries included"):
             http_backoff("GET", silent_server.url, base_wait_time=0.1, max_wait_time=0.1)  # five retries
         assert time.monotonic() - started < 2
 
