@@ -26,12 +26,18 @@ __all__ = ["ConfigError", "PretrainConfig", "Phase", "command_parser", "load_con
            "parse_args", "resolve_phases"]
 
 # Settings that may differ between a run and its resumption (they do not change the trajectory of training).
-RESUMABLE_CHANGES = frozenset({
+# Settings that do not change what a run computes: two runs differing in one of them end with bitwise-equal weights
+# (tested one by one). When, where and how often the run evaluates, saves, logs and reports; where it writes and
+# pushes; how remote data is fetched; when it stops (a time limit ends the same trajectory earlier).
+TRAJECTORY_NEUTRAL = frozenset({
     "resume", "max_time_minutes", "keep_last", "save_steps", "eval_steps", "logging_steps", "push_to_hub",
     "hub_revision", "fill_mask_text", "progress_bar", "report_to", "output_dir", "overwrite_output_dir",
     "max_eval_examples", "eval_batch_size", "resume_from", "resume_with_changes", "loss_spike_factor",
-    "loss_spike_window", "hub_timeout", "cache_limit", "torch_compile", "prepared_download",
+    "loss_spike_window", "hub_timeout", "cache_limit", "prepared_download",
 })
+# Settings a resumed run may change without --resume_with_changes: the neutral ones, and torch_compile, whose
+# compiled kernels compute the same steps with other float rounding.
+RESUMABLE_CHANGES = TRAJECTORY_NEUTRAL | {"torch_compile"}
 
 # A fresh model's overrides by default: no dropout (short runs on small corpora learn faster without it).
 FRESH_MODEL_DEFAULTS = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
