@@ -432,3 +432,30 @@ def test_hfbert_pretrain_stops_with_one_line_when_the_hub_keeps_failing(hub, tmp
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("hfbert pretrain: error: cannot read data/") and f"hf://datasets/{REPO_ID}@" in last
     assert "HTTP 500" in last and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("damage", ["wrong bytes", "too few bytes"])
+def test_hfbert_pretrain_stops_with_one_line_on_a_damaged_remote_shard(flaky, tmp_path, monkeypatch, capsys, damage):
+    """Bytes of the right size but wrong (found by the page checksums while training) and answers one byte short
+    (retried, then given up): one line naming the shard and the URL, exit status 1."""
+    from hfbert.pretrain import main
+
+    name = "/corpus/data/train-00000-of-00002.parquet"
+    if damage == "wrong bytes":
+        data = bytearray(flaky.cat_file(name))
+        data[len(data) // 4] ^= 0xFF  # inside the first row group's pages
+        flaky.pipe_file(name, bytes(data))
+    else:
+        flaky.reset(mode="short")
+    monkeypatch.setenv(remote.CACHE_ENV, str(tmp_path / "cache"))
+    status = main(["--prepared", "flaky://corpus", "--max_seq_length", "64", "--preset", "tiny", "--model",
+                   json.dumps(TINY_MODEL), "--batch_size", "8", "--max_steps", "6", "--eval_steps", "6",
+                   "--max_eval_examples", "8", "--hub_timeout", "2", "--progress_bar", "false", "--mixed_precision",
+                   "no", "--output_dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1, err
+    assert err.startswith("hfbert pretrain: error: ") and ".parquet of flaky://corpus" in err
+    if damage == "wrong bytes":
+        assert "step " in err and "train-00000-of-00002.parquet" in err and "corrupt" in err
+    else:
+        assert "bytes instead of" in err and "attempt(s)" in err

@@ -23,15 +23,18 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import transformers
 from safetensors import SafetensorError
 
 import hfbert  # noqa: F401  (registers the Auto classes)
+from hfbert.data import PreparedCorpus
 from hfbert.pretrain import main, pretrain
 from hfbert.pretrain.checkpointing import STATE_FILE, is_complete, list_checkpoints
 from hfbert.pretrain.config import PretrainConfig
+from hfbert.pretrain.data import BatchPlan
 from hfbert.pretrain.tracking import read_jsonl
 from test_pretrain import (  # noqa: F401  (fixtures)
     TINY_MODEL, assert_same_weights, corpus, logged_steps, one_thread, prepare_folders, settings, write_config)
@@ -252,3 +255,123 @@ def test_a_full_disk_stops_in_one_line_keeps_the_last_checkpoint_and_resumes_exa
     capsys.readouterr()
     assert_same_weights(straight, out)
     transformers.AutoModelForPreTraining.from_pretrained(out)
+
+
+@pytest.fixture(scope="module")
+def tmpfs(tmp_path_factory):
+    """Mounts a size-limited tmpfs: ``mount(size_kb) -> folder``; skipped where this process may not mount."""
+    mounted = []
+
+    def mount(size_kb: int) -> Path:
+        point = tmp_path_factory.mktemp("small-disk")
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(point)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a size-limited tmpfs here: {done.stderr.strip() or done.returncode}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        subprocess.run(["umount", str(point)], capture_output=True)
+
+
+def test_a_real_full_disk_stops_in_one_line_and_the_last_checkpoint_loads(folder, tmp_path, tmpfs):
+    """Not a simulated error: the output folder is on a 1.6 MB filesystem, two checkpoints fit and the third does
+    not (torch's zip writer then fails with its own error, which is recognised as a full disk)."""
+    out = tmpfs(1600) / "run"
+    config_file = write_config(tmp_path / "run.json", run_settings(folder, out, save_steps=1, keep_last=5,
+                                                                   report_to=[]))
+    done = subprocess.run([sys.executable, "-m", "hfbert.pretrain", "--config", str(config_file)],
+                          capture_output=True, text=True, timeout=LAUNCH_TIMEOUT, env=ENV)
+    assert done.returncode == 1, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in done.stderr and done.stderr.count("hfbert pretrain: error:") == 1, done.stderr[-3000:]
+    assert last.startswith("hfbert pretrain: error: could not write the checkpoint of step 3 to ")
+    assert f"No space left on device in {out}" in last
+    latest = out / "checkpoint-00000002"
+    assert f"The latest complete checkpoint is {latest} and was not modified" in last
+    assert [s for s, _ in list_checkpoints(out)] == [1, 2] and not list(out.glob("*.tmp"))
+    assert is_complete(latest) and torch.load(latest / "pytorch_model.bin", weights_only=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Damaged shards and bad settings: one line, once
+
+
+@pytest.fixture(scope="module")
+def many_shards(corpus, tmp_path_factory) -> Path:
+    """The corpus's nine chapters in as many shards; trained with a shuffle window of one row group, the second
+    shard is first read several steps into a run."""
+    return prepare_folders(corpus, tmp_path_factory.mktemp("many"), lengths=(64,), num_shards=9)[64]
+
+
+LONG_STEPS = 24  # the runs that read a damaged shard: long enough to reach the second shard
+
+
+def damaged_copy(source: Path, destination: Path, world: int, batch_size: int, first_step: int) -> tuple[Path, str]:
+    """A copy of ``source`` with one byte flipped inside the pages of a shard that no process reads before step
+    ``first_step`` (1-based) but one reads by step ``LONG_STEPS``; the file keeps its size. Returns (copy, shard)."""
+    shutil.copytree(source, destination)
+    corpus = PreparedCorpus.open(destination)
+    shards = corpus.manifest["splits"]["train"]["shards"]
+    ends = np.cumsum([shard["rows"] for shard in shards])
+    plan = BatchPlan(corpus.blocks("train"), batch_size, world, 42, 0, window=1)
+    first_read = {}
+    for micro in range(plan.batches_per_epoch):
+        for row in plan.global_rows(micro).tolist():
+            first_read.setdefault(int(np.searchsorted(ends, row, side="right")), micro + 1)
+    name = next(shards[i]["file"] for i, step in sorted(first_read.items(), key=lambda item: item[1])
+                if first_step <= step <= LONG_STEPS)
+    data = bytearray((destination / name).read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    (destination / name).write_bytes(bytes(data))
+    return destination, name
+
+
+def test_a_shard_damaged_on_disk_stops_training_in_one_line_and_the_last_checkpoint_loads(many_shards, tmp_path,
+                                                                                        capsys):
+    damaged, name = damaged_copy(many_shards, tmp_path / "damaged", 1, 4, first_step=3)
+    out = tmp_path / "run"
+    values = run_settings(damaged, out, save_steps=3, keep_last=10, report_to=[], shuffle_window=1,
+                          max_steps=LONG_STEPS, eval_steps=LONG_STEPS)
+    assert main(["--config", str(write_config(tmp_path / "run.json", values))]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("hfbert pretrain: error: step ") and f"shard {name} of {damaged}" in err
+    assert "is corrupt" in err and "re-download or rebuild it" in err
+    steps = [s for s, _ in list_checkpoints(out)]
+    assert len(steps) >= 2 and not (out / "model.safetensors").exists()
+    latest = out / f"checkpoint-{steps[-1]:08d}"
+    assert is_complete(latest) and torch.load(latest / "pytorch_model.bin", weights_only=True)
+
+
+def test_a_shard_of_the_wrong_size_stops_before_training_in_one_line(many_shards, tmp_path, capsys):
+    damaged = shutil.copytree(many_shards, tmp_path / "short")
+    shard = next(path for path in sorted((damaged / "data").glob("train-*")) if path.stat().st_size > 1000)
+    shard.write_bytes(shard.read_bytes()[:-10])
+    values = run_settings(damaged, tmp_path / "run", report_to=[])
+    assert main(["--config", str(write_config(tmp_path / "run.json", values))]) == 2  # found before any work
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hfbert pretrain: error: "), err
+    assert f"shard data/{shard.name} of {damaged} has " in err and "the manifest says" in err
+    assert not (tmp_path / "run" / "checkpoint-00000001").exists()
+
+
+def test_two_processes_say_a_bad_setting_and_a_damaged_shard_once(many_shards, tmp_path):
+    bad = subprocess.run(accelerate("--multi_gpu", "--num_processes", "2", "--num_machines", "1", "-m",
+                                    "hfbert.pretrain", "--output_dir", str(tmp_path / "bad"), "--batch_size", "0"),
+                         capture_output=True, text=True, timeout=LAUNCH_TIMEOUT, env=ENV)
+    assert bad.returncode != 0
+    assert bad.stderr.count("hfbert pretrain: error: batch_size must be >= 1, got 0") == 1, bad.stderr[-3000:]
+
+    damaged, name = damaged_copy(many_shards, tmp_path / "damaged", 2, 4, first_step=3)
+    config_file = write_config(tmp_path / "run.json", run_settings(damaged, tmp_path / "run", report_to=[],
+                                                                   shuffle_window=1, max_steps=LONG_STEPS,
+                                                                   eval_steps=LONG_STEPS))
+    done = subprocess.run(accelerate("--multi_gpu", "--num_processes", "2", "--num_machines", "1", "-m",
+                                     "hfbert.pretrain", "--config", str(config_file)),
+                          capture_output=True, text=True, timeout=LAUNCH_TIMEOUT, env=ENV)
+    assert done.returncode != 0
+    assert done.stderr.count("hfbert pretrain: error:") == 1, done.stderr[-3000:]
+    assert done.stderr.count(f"shard {name} of {damaged}") == 1 and "is corrupt" in done.stderr

@@ -42,7 +42,8 @@ from accelerate.utils import TorchDynamoPlugin
 from tqdm.auto import tqdm
 from transformers import pipeline
 
-from ..arguments import run_command
+from ..arguments import UsageError, run_command
+from ..data.prepared import PreparedDataError
 from ..data.remote import ShardReadError
 from ..hub import DEFAULT_IGNORE_PATTERNS, push_to_hub
 from ..modelcard import write_pretrained_card
@@ -78,6 +79,20 @@ _STATS = ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "mlm_total", "nsp_corre
           "time_up")
 #: Optimizer steps whose micro-batches are read and collated ahead, in a background thread.
 READ_AHEAD_STEPS = 2
+
+
+class StoppedByAnotherProcess(RuntimeError):
+    """Raised on every process but the one that says why the run stops (it prints the one line)."""
+
+
+class StepDataError(RuntimeError):
+    """A process could not read its rows of a step (the message names the shard); raised on the first process that
+    failed, the others stop with :class:`StoppedByAnotherProcess`."""
+
+
+# What a process's reading of its rows can fail with: damaged or missing shards, a remote read that failed for good,
+# the process out of file descriptors. Every process learns of it at the step's first all-reduce.
+DATA_ERRORS = (PreparedDataError, ShardReadError, OSError)
 
 
 class TrainingDivergedError(RuntimeError):
@@ -309,14 +324,27 @@ class _Loop:
         first = (step - phase.first_step) * accumulation
         device = accelerator.device
         keys = [(phase.index, first + k) for k in range(accumulation)] + self._keys_from(step + 1)
-        batches, counts, data_seconds = [], [], 0.0
+        batches, counts, data_seconds, failure = [], [], 0.0, None
         for k in range(accumulation):
-            (batch, host), waited = self.read_ahead.get(keys[k], keys[k + 1 :])
+            try:
+                (batch, host), waited = self.read_ahead.get(keys[k], keys[k + 1 :])
+            except DATA_ERRORS as err:  # said below, once every process knows
+                failure = err
+                break
             batches.append({name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()})
             counts.append({**host, "targets": host["targets"].to(device, non_blocking=True)})
             data_seconds += waited
-        supervised = torch.full((1,), float(sum(c["supervised"] for c in counts)), dtype=torch.float64, device=device)
-        num_items = accelerator.reduce(supervised, "sum")[0].clamp(min=1.0) / accelerator.num_processes
+        # The step's supervised count, and which processes could not read their rows.
+        shared = torch.zeros(1 + accelerator.num_processes, dtype=torch.float64, device=device)
+        shared[0] = float(sum(c["supervised"] for c in counts))
+        shared[1 + accelerator.process_index] = float(failure is not None)
+        shared = accelerator.reduce(shared, "sum")
+        failed = torch.nonzero(shared[1:]).flatten().tolist()
+        if failed:  # every process stops here; the first that failed says why
+            if failure is not None and accelerator.process_index == failed[0]:
+                raise StepDataError(f"step {step + 1}: {failure}") from failure
+            raise StoppedByAnotherProcess(f"process {failed[0]} could not read its rows at step {step + 1}")
+        num_items = shared[0].clamp(min=1.0) / accelerator.num_processes
         totals = torch.zeros(len(_STATS), dtype=torch.float64, device=device)
         for k, batch in enumerate(batches):
             # Gradients are all-reduced only on the last micro-batch of the step.
@@ -652,19 +680,37 @@ def main(argv: list[str] | None = None) -> int:
     parser = command_parser()
 
     def run() -> int:
-        config = parser.parse_values(sys.argv[1:] if argv is None else argv)
         try:
+            config = parser.parse_values(sys.argv[1:] if argv is None else argv)
             result = pretrain(config)
-        except (TrainingDivergedError, DiskFullError, ShardReadError) as err:
-            if _is_main_process() or isinstance(err, ShardReadError):  # a read fails on the process that made it
+        except UsageError:
+            if not _first_on_this_machine():  # every process checks the same settings; one of them says so
+                return 2
+            raise
+        except StoppedByAnotherProcess:
+            return 1
+        except (TrainingDivergedError, DiskFullError, StepDataError, *DATA_ERRORS) as err:
+            # A divergence and a full disk are said by the main process; a failed read during training by the
+            # first process that had it; one before training (every process opens the same files) by the first
+            # process of each machine.
+            if isinstance(err, (TrainingDivergedError, DiskFullError)):
+                speaks = _is_main_process()
+            else:
+                speaks = isinstance(err, StepDataError) or _first_on_this_machine()
+            if speaks:
                 kind = "" if isinstance(err, TrainingDivergedError) else "error: "
-                print(f"{parser.prog}: {kind}{err}", file=sys.stderr)
+                print(f"{parser.prog}: {kind}{' '.join(str(err).split())}", file=sys.stderr)
             return 1
         if result.fill_mask:  # the main process
             print(_summary(result))
         return 0
 
     return run_command(parser.prog, run)
+
+
+def _first_on_this_machine() -> bool:
+    """Whether this is the first process of its machine (the launchers set LOCAL_RANK; a lone process is)."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
 
 
 def _is_main_process() -> bool:
