@@ -7,7 +7,9 @@
   and nothing waits (every launch runs under a time limit).
 * A disk that fills while a checkpoint or the export is written (the writers raise what torch and safetensors raise
   on a full disk): one line naming the folder and the space needed, the previous checkpoint loads, no half-written
-  model folder, and ``--resume`` once space is free ends bitwise equal to an uninterrupted run.
+  model folder, and ``--resume`` once space is free ends bitwise equal to an uninterrupted run; and a real full disk
+  (a size-limited tmpfs) said the same way.
+* A shard damaged on disk or of the wrong size, and a bad setting in a two-process run: one line, said once.
 
 The tiny model and corpus of tests/test_pretrain.py, fp32 (``mixed_precision no``).
 """
