@@ -53,6 +53,7 @@ from huggingface_hub import (
 )
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
+from huggingface_hub.utils import logging as hf_logging
 
 try:  # the HTTP library of huggingface_hub's clients: httpx2 from huggingface_hub 2, httpx before
     import httpx2 as _httpx
@@ -608,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
     args = CommandParser("hfbert push", PushArguments, description="Push a saved folder to the Hub.").parse(argv)
 
     def push() -> int:
+        # The command's one line says what went wrong; huggingface_hub's warnings before each retry would bury it.
+        hf_logging.set_verbosity_error()
         try:
             result = push_to_hub(args.folder, args.repo_id, repo_type=args.repo_type, revision=args.revision,
                                  tag=args.tag, private=args.private or None, commit_message=args.commit_message,

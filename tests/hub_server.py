@@ -12,7 +12,8 @@ Tokens map to a user and a role ("write" or "read"); an unknown token gets the H
 credentials in Authorization header"). Requests the server does not know are answered 404 and recorded
 in ``HubServer.unknown_routes`` (and logged), so a protocol change in a future client shows up there.
 
-:class:`SilentServer` is the opposite: it accepts connections and never answers, as a hung endpoint does.
+:class:`SilentServer` is the opposite: it accepts connections and never answers, as a hung endpoint does;
+:class:`TrickleServer` answers one byte at a time, forever; :class:`FailingHub` answers HTTP 500 in a loop.
 :class:`Fault` makes this server misbehave on downloads: answer 500, send fewer bytes than asked, or hold the
 request without answering.
 """
@@ -31,6 +32,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -164,6 +166,7 @@ class HubServer:
         self.lock = threading.RLock()
         self.url = ""
         self.fault: Fault | None = None
+        self.first_request: float | None = None  # time.monotonic() of the first request answered
         self.stopping = threading.Event()  # set when the server stops: ends the waits of "silent" faults
         self.routes = [
             ("POST", r"/api/repos/create", self.create_repo),
@@ -194,20 +197,8 @@ class HubServer:
     WRITE_TOKEN, READ_TOKEN = "hf_write_token", "hf_read_token"
 
     def client_env(self, home, token: str | None = WRITE_TOKEN) -> dict[str, str]:
-        """The environment of a client subprocess: this server, online, no Xet, its own cache under ``home``.
-
-        huggingface_hub reads HF_ENDPOINT, HF_HUB_OFFLINE and HF_HUB_DISABLE_XET once, at import time, so a
-        process that must talk to this server is started with them rather than patched afterwards.
-        """
-        drop = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_CACHE",
-                "HF_MODULES_CACHE", "HF_TOKEN_PATH", "HF_ASSETS_CACHE", "HF_XET_CACHE")
-        env = {k: v for k, v in os.environ.items() if k not in drop}
-        env |= {"HF_ENDPOINT": self.url, "HF_HOME": str(home), "HF_HUB_DISABLE_XET": "1",
-                "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
-                "OMP_NUM_THREADS": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
-        if token is not None:
-            env["HF_TOKEN"] = token
-        return env
+        """The environment of a client subprocess that talks to this server (see :func:`client_env`)."""
+        return client_env(self.url, home, token)
 
     def take_fault(self, method: str, path: str) -> Fault | None:
         """The fault that hits this request, if any (counted)."""
@@ -537,6 +528,7 @@ def _make_handler(hub: HubServer):
             elif fault is not None and fault.kind == "short" and result.status in (200, 206):
                 result = _Raw(result.status, result.data[:-1], result.headers)
             hub.requests.append((self.command, self.path, result.status))
+            hub.first_request = hub.first_request or time.monotonic()
             self.send_response(result.status)
             for key, value in result.headers.items():
                 self.send_header(key, value)
@@ -548,6 +540,37 @@ def _make_handler(hub: HubServer):
         do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = dispatch
 
     return Handler
+
+
+def client_env(url: str, home, token: str | None = HubServer.WRITE_TOKEN) -> dict[str, str]:
+    """The environment of a client subprocess: the endpoint ``url``, online, no Xet, its own cache under ``home``.
+
+    huggingface_hub reads HF_ENDPOINT, HF_HUB_OFFLINE and HF_HUB_DISABLE_XET once, at import time, so a
+    process that must talk to a server is started with them rather than patched afterwards.
+    """
+    drop = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_CACHE",
+            "HF_MODULES_CACHE", "HF_TOKEN_PATH", "HF_ASSETS_CACHE", "HF_XET_CACHE")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env |= {"HF_ENDPOINT": url, "HF_HOME": str(home), "HF_HUB_DISABLE_XET": "1",
+            "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    if token is not None:
+        env["HF_TOKEN"] = token
+    return env
+
+
+class FailingHub(HubServer):
+    """A Hub that answers HTTP 500 -- an error huggingface_hub retries where it retries at all -- to every request
+    whose path matches ``failing`` (a regular expression; the default matches every request), in a loop."""
+
+    def __init__(self, failing: str = "", tokens: dict[str, tuple[str, str]] | None = None):
+        super().__init__(tokens)
+        self.failing = failing
+
+    def take_fault(self, method: str, path: str) -> Fault | None:
+        if re.search(self.failing, path):
+            return Fault("500")
+        return super().take_fault(method, path)
 
 
 def start_hub(tokens: dict[str, tuple[str, str]] | None = None,
@@ -605,7 +628,7 @@ class SilentServer:
     """A TCP server on 127.0.0.1 that accepts every connection, reads nothing and never answers.
 
     The connections are held open until :meth:`close`, so a client sees neither an answer nor a reset: only its
-    own timeout ends the wait.
+    own timeout ends the wait. ``first_request`` is the ``time.monotonic()`` of the first connection.
     """
 
     def __init__(self, port: int = 0):
@@ -613,6 +636,7 @@ class SilentServer:
         self.socket.settimeout(0.05)  # so that the accepting thread notices close()
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
         self.connections: list[socket.socket] = []
+        self.first_request: float | None = None
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._accept, name="silent_server", daemon=True)
         self.thread.start()
@@ -625,7 +649,34 @@ class SilentServer:
                 continue
             except OSError:
                 return
+            self.first_request = self.first_request or time.monotonic()
             self.connections.append(connection)
+            self.serve(connection)
+
+    def serve(self, connection: socket.socket) -> None:
+        """What the server does with a new connection: nothing."""
+
+
+class TrickleServer(SilentServer):
+    """A server that answers every connection one byte every ``interval`` seconds, forever: a status line, then a
+    header that never ends. Every read of the client makes progress; none ends the answer."""
+
+    def __init__(self, port: int = 0, interval: float = 0.5):
+        self.interval = interval
+        super().__init__(port)
+
+    def serve(self, connection: socket.socket) -> None:
+        threading.Thread(target=self._trickle, args=(connection,), name="trickle_server", daemon=True).start()
+
+    def _trickle(self, connection: socket.socket) -> None:
+        answer = b"HTTP/1.1 200 OK\r\nX-Trickle: "
+        sent = 0
+        while not self.stopped.wait(self.interval):
+            try:
+                connection.sendall(answer[sent:sent + 1] if sent < len(answer) else b"a")
+            except OSError:  # the client went away
+                return
+            sent += 1
 
     def close(self) -> None:
         self.stopped.set()
@@ -646,6 +697,16 @@ def silent_server():
 
 
 @pytest.fixture
+def trickle_server():
+    """An endpoint that answers one byte every 0.5 s, forever; yields the TrickleServer (``.url``)."""
+    server = TrickleServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
 def hub_server():
     """A fresh in-memory Hub on 127.0.0.1 (random port); yields the HubServer (``.url``, ``.tokens``)."""
     hub, httpd = start_hub()
@@ -657,5 +718,5 @@ def hub_server():
         httpd.server_close()
 
 
-__all__ = ["BLOCK_HFBERT", "Fault", "HubServer", "SilentServer", "allow_hub_calls", "git_blob_sha1", "hub_server",
-           "run_client", "silent_server", "start_hub"]
+__all__ = ["BLOCK_HFBERT", "FailingHub", "Fault", "HubServer", "SilentServer", "TrickleServer", "allow_hub_calls",
+           "client_env", "git_blob_sha1", "hub_server", "run_client", "silent_server", "start_hub", "trickle_server"]
