@@ -656,6 +656,13 @@ class SilentServer:
     def serve(self, connection: socket.socket) -> None:
         """What the server does with a new connection: nothing."""
 
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+        self.socket.close()
+        for connection in self.connections:
+            connection.close()
+
 
 class TrickleServer(SilentServer):
     """A server that answers every connection one byte every ``interval`` seconds, forever: a status line, then a
@@ -677,13 +684,6 @@ class TrickleServer(SilentServer):
             except OSError:  # the client went away
                 return
             sent += 1
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=5)
-        self.socket.close()
-        for connection in self.connections:
-            connection.close()
 
 
 @pytest.fixture

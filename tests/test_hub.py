@@ -8,6 +8,7 @@ with hfbert unimportable and the model loaded as remote code.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -17,22 +18,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
 import threading
+import torch
 
 from huggingface_hub import close_session, constants, get_session
 from huggingface_hub.utils import _http as hf_http
 from huggingface_hub.utils import http_backoff
 from hub_server import (  # noqa: F401
     BLOCK_HFBERT,
+    FailingHub,
+    Fault,
     HubServer,
     SilentServer,
+    TrickleServer,
     allow_hub_calls,
+    client_env,
     hub_server,
     run_client,
     silent_server,
     start_hub,
+    trickle_server,
 )
+from test_pretrain import corpus, prepare_folders, write_config  # noqa: F401  (corpus: a fixture)
+from test_pretrain import settings as pretrain_settings
 
 import hfbert
 from hfbert.hub import (
@@ -518,6 +526,140 @@ def test_a_refused_connection_mid_upload_does_not_lift_the_limit(tmp_path, monke
         httpd.server_close()
         for server in silent:
             server.close()
+
+
+# --- endpoints that misbehave: one deadline for the whole operation, from the command line ------------------------
+LIMIT = 3  # the runs' --hub_timeout
+SLACK = 5  # what a run may take beyond it: stopping, the process's exit, a loaded machine
+MISBEHAVING = ("500", "500 on upload", "trickle", "silent")
+
+
+class Misbehaving:
+    """A misbehaving endpoint of one kind: every request answered HTTP 500 (huggingface_hub does not retry the first
+    call of a push, so that push ends at once), the upload's requests answered 500 (retried), one byte every 0.5 s
+    forever, or silence."""
+
+    def __init__(self, kind: str):
+        self.httpd = None
+        if kind.startswith("500"):
+            self.server, self.httpd = start_hub(hub=FailingHub("" if kind == "500" else r"/preupload/|/commit/"))
+        else:
+            self.server = TrickleServer() if kind == "trickle" else SilentServer()
+        self.url = self.server.url
+
+    def close(self) -> None:
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+        else:
+            self.server.close()
+
+
+@dataclass
+class Ended:
+    url: str
+    returncode: int
+    stderr: str
+    took: float  # seconds from the endpoint's first request to the end of the process
+
+
+@dataclass
+class MisbehavingRuns:
+    folder: Path
+    before: dict
+    runs: dict[str, Ended]
+
+
+def hfbert_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "hfbert.cli", *args]
+
+
+@pytest.fixture(scope="module")
+def misbehaving_runs(tmp_path_factory, corpus) -> MisbehavingRuns:  # noqa: F811
+    """``hfbert push DIR user/name --hub_timeout 3`` against each misbehaving endpoint, and a tiny ``hfbert pretrain
+    --push_to_hub`` against one that trickles: all at once, each in its own process with HF_ENDPOINT set (a
+    process spends seconds importing torch before its first request; together they take that time once)."""
+    root = tmp_path_factory.mktemp("misbehaving")
+    folder = root / "run"
+    save_tiny(folder, hfbert.HfBertForMaskedLM, 0)
+    before = folder_state(folder)
+    prepared = prepare_folders(corpus, root / "prepared", lengths=(64,))[64]
+    config = write_config(root / "pretrain.json", pretrain_settings([prepared], root / "pretrained", max_steps=2,
+                                                                    eval_steps=2))
+    commands = {kind: hfbert_command("push", str(folder), "user/name", "--hub_timeout", str(LIMIT))
+                for kind in MISBEHAVING}
+    commands["pretrain"] = hfbert_command("pretrain", "--config", str(config), "--push_to_hub", "user/name",
+                                          "--hub_timeout", str(LIMIT))
+    endpoints = {name: Misbehaving("trickle" if name == "pretrain" else name) for name in commands}
+    processes, ended = {}, {}
+    try:
+        # The training run after the pushes: its CPU time would slow down how fast a stopped push process exits.
+        for group in (MISBEHAVING, ("pretrain",)):
+            for name in group:
+                env = client_env(endpoints[name].url, root / f"home-{len(processes)}")
+                stderr = (root / f"{len(processes)}.err").open("w+")
+                processes[name] = (subprocess.Popen(commands[name], env=env, stdout=subprocess.DEVNULL,
+                                                    stderr=stderr), stderr)
+            deadline = time.monotonic() + 240
+            while len(ended) < len(processes) and time.monotonic() < deadline:
+                for name, (process, stderr) in processes.items():
+                    if name not in ended and process.poll() is not None:
+                        now, first = time.monotonic(), endpoints[name].server.first_request
+                        stderr.seek(0)
+                        ended[name] = Ended(endpoints[name].url, process.returncode, stderr.read(),
+                                            now - first if first is not None else float("nan"))
+                time.sleep(0.02)
+    finally:
+        for process, stderr in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            stderr.close()
+        for endpoint in endpoints.values():
+            endpoint.close()
+    assert set(ended) == set(processes), f"still running after 240 s: {set(processes) - set(ended)}"
+    print({name: round(run.took, 2) for name, run in ended.items()})  # seconds after the first request (pytest -s)
+    return MisbehavingRuns(folder, before, ended)
+
+
+@pytest.mark.parametrize("kind", MISBEHAVING)
+def test_push_cli_stops_at_the_deadline_in_one_line(misbehaving_runs, kind):
+    run = misbehaving_runs.runs[kind]
+    assert run.returncode == 1, run.stderr
+    assert "Traceback" not in run.stderr and run.stderr.count("\n") == 1, run.stderr
+    if kind == "500":  # create_repo is not retried: the first answer ends the push
+        assert run.stderr.startswith(f"hfbert push: error: the Hub at {run.url} rejected the push of user/name (500")
+    else:
+        assert run.stderr.startswith(f"hfbert push: error: the Hub at {run.url} did not answer within {LIMIT} s "
+                                     "while pushing user/name ("), run.stderr
+    assert f"Nothing was changed in {misbehaving_runs.folder}." in run.stderr
+    assert run.took < LIMIT + SLACK, f"{kind}: {run.took:.1f} s"
+    assert folder_state(misbehaving_runs.folder) == misbehaving_runs.before
+
+
+def test_pretrain_push_stops_at_the_deadline(misbehaving_runs):
+    run = misbehaving_runs.runs["pretrain"]
+    assert run.returncode != 0, run.stderr[-3000:]
+    assert run.took < LIMIT + SLACK, f"{run.took:.1f} s"
+    last = run.stderr.strip().splitlines()[-1]
+    assert f"HubPushError: the Hub at {run.url} did not answer within {LIMIT} s while pushing user/name" in last
+    assert (misbehaving_runs.folder.parent / "pretrained" / "config.json").is_file()  # the export is kept
+
+
+def test_downloads_stop_at_the_deadline(trickle_server, tmp_path, monkeypatch):
+    """A config read and a snapshot from an endpoint that answers one byte every 0.5 s: each stops at its deadline."""
+    allow_hub_calls(monkeypatch)
+    started = time.monotonic()
+    with pytest.raises(HubDownloadError, match=rf"{trickle_server.url} did not answer within 1\.5 s while reading"):
+        read_config_any("user/x", endpoint=trickle_server.url, timeout=1.5, cache_dir=tmp_path / "cache")
+    assert time.monotonic() - started < 1.5 + 1
+    started = time.monotonic()
+    with pytest.raises(HubDownloadError, match=r"within 1\.5 s while downloading the dataset user/files"):
+        download_snapshot("user/files", repo_type="dataset", endpoint=trickle_server.url, timeout=1.5,
+                          cache_dir=tmp_path / "cache")
+    assert time.monotonic() - started < 1.5 + 1
+    time.sleep(0.1)
+    assert not [t for t in threading.enumerate() if t.name == "hfbert-hub-deadline"]  # each block's watch ended
 
 
 # --- datasets ------------------------------------------------------------------------------------------------------
