@@ -11,18 +11,24 @@ hfbert or a stock BERT checkpoint (a local folder or a Hub repository, at any re
 class, and refuses any other ``model_type`` with a message naming it.
 
 Timeouts. huggingface_hub's shared HTTP client waits forever by default (and some of its calls ask for no limit),
-and it retries a request that timed out, up to five times with pauses between tries: a limit on each wait is not a
-limit on the wait. Every Hub call made here runs inside :func:`hub_timeout`, whose limit (the ``timeout`` argument,
-else the ``HFBERT_HUB_TIMEOUT`` environment variable, else :data:`DEFAULT_TIMEOUT`; raise it for slow links) bounds
-how long the operation goes without an answer from the Hub, retries included: each request gives up connecting,
-and between bytes read or written, when the time since the last answer reaches the limit, and once it is reached
-no new try starts. Transfers that make progress are never cut. The whole wait is at most the limit plus one of
-huggingface_hub's pauses between tries (at most 8 s).
+it retries a request that timed out or got an HTTP 5xx answer, up to five times with pauses between tries, and a
+limit on each wait does not stop a Hub that answers a byte at a time: a limit on each wait is not a limit on the
+operation. Every Hub call made here runs inside :func:`hub_timeout`, whose limit (the ``timeout`` argument, else
+the ``HFBERT_HUB_TIMEOUT`` environment variable, else :data:`DEFAULT_TIMEOUT`; raise it for slow links) bounds the
+whole operation -- a push, a snapshot download, a config read -- from its start to its end, retries, answers and
+transfers included: a deadline fixed when it starts, at the limit plus one second per megabyte it moves
+(:data:`MIN_TRANSFER_RATE`: a push counts its folder's bytes from the start, a download each byte as it arrives), so
+a large transfer at a steady 1 MB/s or more is never cut. No single wait lasts longer than the limit. At the
+deadline the connections still open are shut down (a thread reading or writing one wakes at once), no new request
+starts, and an error answer is not retried when huggingface_hub's pause before the retry would end past it. Xet
+(``hf_xet``) transfers through its own client, which no limit reaches: inside a block Xet is off and files move
+over plain HTTP (LFS).
 
-The limit is a request hook on huggingface_hub's HTTP clients. huggingface_hub replaces its shared client after a
-refused connection; the replacement comes from the client factory, which :func:`hub_timeout` wraps (once, with
-``huggingface_hub.set_client_factory``) so that every client it makes carries the hook too. Outside the blocks the
-hook does nothing: requests made there are exactly huggingface_hub's.
+The limit is a request hook (with httpcore's ``trace`` extension) and a response hook on huggingface_hub's HTTP
+clients. huggingface_hub replaces its shared client after a refused connection; the replacement comes from the
+client factory, which :func:`hub_timeout` wraps (once, with ``huggingface_hub.set_client_factory``) so that every
+client it makes carries the hooks too. Outside the blocks the hooks do nothing: requests made there are exactly
+huggingface_hub's.
 """
 
 from __future__ import annotations
@@ -63,10 +69,9 @@ except ImportError:
 from .arguments import CommandParser, UsageError, run_command
 from .convert import head_of, model_class
 
-__all__ = ["DEFAULT_IGNORE_PATTERNS", "DEFAULT_TIMEOUT", "TIMEOUT_ENV", "HubDownloadError", "HubPushError",
-           "HubWaitExceeded",
-           "PushArguments", "PushResult", "download_snapshot", "hub_timeout", "load_any_bert", "main",
-           "push_to_hub", "read_config_any", "resolve_timeout"]
+__all__ = ["DEFAULT_IGNORE_PATTERNS", "DEFAULT_TIMEOUT", "MIN_TRANSFER_RATE", "TIMEOUT_ENV", "HubDownloadError",
+           "HubPushError", "HubWaitExceeded", "PushArguments", "PushResult", "download_snapshot", "hub_timeout",
+           "load_any_bert", "main", "push_to_hub", "read_config_any", "resolve_timeout"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +87,8 @@ DEFAULT_IGNORE_PATTERNS = (
     "*.pyc",
 )
 
-# Seconds to connect, and between bytes read or written. The Hub answers a healthy request in well under a second;
-# a minute leaves room for a slow link and for the Hub's own work on a large commit.
+# Seconds one Hub operation may take (plus a second per megabyte it moves). The Hub answers a healthy request in well
+# under a second; a minute leaves room for a slow link and for the Hub's own work on a large commit.
 DEFAULT_TIMEOUT = 60.0
 TIMEOUT_ENV = "HFBERT_HUB_TIMEOUT"
 REPO_TYPES = ("model", "dataset")
@@ -594,7 +599,8 @@ class PushArguments:
     private: bool = field(default=False, metadata={"help": "create the repository as private"})
     commit_message: str | None = field(default=None, metadata={"help": "the commit's title"})
     hub_timeout: float | None = field(default=None, metadata={
-        "help": f"seconds to wait for the Hub to connect or answer (default ${TIMEOUT_ENV} or {DEFAULT_TIMEOUT:g})"})
+        "help": f"seconds the whole push may take, retries included, plus 1 s per MB to upload (a link slower than "
+                f"1 MB/s needs more); Xet is off, files go over HTTP (default ${TIMEOUT_ENV} or {DEFAULT_TIMEOUT:g})"})
 
     def __post_init__(self) -> None:
         if self.repo_type not in REPO_TYPES:
