@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -660,6 +661,43 @@ def test_downloads_stop_at_the_deadline(trickle_server, tmp_path, monkeypatch):
     assert time.monotonic() - started < 1.5 + 1
     time.sleep(0.1)
     assert not [t for t in threading.enumerate() if t.name == "hfbert-hub-deadline"]  # each block's watch ended
+
+
+class SteadyDownload(BaseHTTPRequestHandler):
+    """Answers 3 MB at a steady 1.5 MB/s: two seconds, more than the limits below, each byte faster than 1 MB/s."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(30 * 100_000))
+        self.end_headers()
+        for _ in range(30):
+            self.wfile.write(b"x" * 100_000)
+            time.sleep(2 / 30)
+
+    def log_message(self, fmt, *args):
+        pass
+
+
+def test_a_slow_but_steady_transfer_is_not_cut(hub_server, monkeypatch):
+    """Each megabyte moved adds a second to the deadline: for a push, its folder's bytes, known at the start; for a
+    download, each byte as it arrives."""
+    allow_hub_calls(monkeypatch)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), SteadyDownload)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        started = time.monotonic()
+        with hub_timeout(1):
+            body = get_session().get(f"http://127.0.0.1:{httpd.server_address[1]}/big").content
+        assert len(body) == 3_000_000 and time.monotonic() - started > 1.5
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    with hub_timeout(0.5, transfer_bytes=1_000_000):
+        time.sleep(0.8)  # hashing a large folder, say
+        assert get_session().get(f"{hub_server.url}/api/whoami-v2").status_code == 401  # answered, not refused
+    with hub_timeout(0.5), pytest.raises(HubWaitExceeded, match="the limit passed"):
+        time.sleep(0.6)
+        get_session().get(f"{hub_server.url}/api/whoami-v2")
 
 
 # --- datasets ------------------------------------------------------------------------------------------------------
