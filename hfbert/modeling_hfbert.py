@@ -14,7 +14,8 @@ padding) tokens in a batch, R' packed rows (R rounded up to a few fixed sizes), 
 
 Attention goes through transformers' attention interface: ``attn_implementation="eager" | "sdpa" | "flex_attention" |
 "flash_attention_2" | "flash_attention_3"`` or a kernels-hub backend, chosen in ``from_pretrained`` / ``from_config``
-or with ``set_attn_implementation``, exactly as for ``transformers.BertModel``.
+or with ``set_attn_implementation``, exactly as for ``transformers.BertModel``. What each backend takes and returns is
+one entry of ``unpadding_hfbert.ATTENTION_BACKENDS``.
 
 Deliberate differences from ``transformers.BertModel`` (outputs and losses are otherwise the same):
 
@@ -32,7 +33,7 @@ Deliberate differences from ``transformers.BertModel`` (outputs and losses are o
   to one of a few row counts, so that a long run meets a small fixed set of shapes). The rows stay packed from the
   embeddings to the last layer. FlashAttention takes them as they are (``cu_seqlens``) and flex attention as one
   sequence with a document mask; eager and sdpa get them back in the padded (B, N, T, H) layout for the attention
-  product alone and pack its output again (flex too on CPU; the cost is in ``unpadding_hfbert``).
+  product alone and pack its output again (flex too on CPU).
   ``config.padding_free = True`` (default False) does the same for the bare encoder and the per-token heads, whose
   outputs are then 0 at padding positions; by default they compute padding positions as transformers does.
   Asking for hidden states or attentions, or compiling the model, runs the padded computation.
@@ -74,7 +75,7 @@ from transformers.utils import TransformersKwargs, can_return_tuple, logging
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_hfbert import HfBertConfig
-from .unpadding_hfbert import PackedRows
+from .unpadding_hfbert import PackedRows, attention_backend
 
 logger = logging.get_logger(__name__)
 
@@ -513,7 +514,7 @@ class HfBertModel(HfBertPreTrainedModel):
         _check_inputs(self.config, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids)
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
         output_hidden_states = kwargs.get("output_hidden_states", self.config.output_hidden_states)
-        if output_attentions and self.config._attn_implementation != "eager":
+        if output_attentions and not attention_backend(self.config._attn_implementation).probabilities:
             logger.warning_once(f"attention probabilities are computed only with attn_implementation='eager', not "
                                 f"{self.config._attn_implementation!r}: no attentions are returned. Load the model "
                                 "with attn_implementation='eager' or call model.set_attn_implementation('eager').")

@@ -2,15 +2,13 @@
 
 A padded batch (B, T) holds R <= B * T real tokens. Packed, the encoder's linear layers, LayerNorms and feed-forward
 run on (R, D) rows instead of (B, T, D), so a batch costs about its real tokens. Attention is the one place that needs
-to know where each row came from. FlashAttention takes the packed rows as they are (its variable-length form, with
-``cu_seqlens`` marking where each sequence starts); flex attention on a GPU takes them as one packed sequence with a
-document mask (a row sees the rows of its own sequence, :meth:`PackedRows.document_mask`; on CPU torch cannot compile
-that mask, :func:`flex_takes_packed_rows`). Eager and sdpa get them back as (B, N, T, H) with zeros at the padding
-positions, which the padding mask hides, and return their output packed again: eager because it returns (B, N, T, T)
-probabilities, sdpa because transformers' sdpa function takes dense tensors only (torch's jagged-tensor SDPA, the
-other way to keep rows packed, ran 8-15x slower than the padded call on CPU). The re-padding (three scatters and a
-gather per layer, forward and backward) measured 1-3% of an fp32 training step on CPU, for BERT-Tiny, Mini and Base
-at lengths 128 and 512 (``scripts/bench_repad.py``; the figures are in the project's ``docs/bench.md``).
+to know where each row came from, and each attention backend takes the rows in one of three layouts
+(:data:`ATTENTION_BACKENDS`): FlashAttention as they are (its variable-length form, with ``cu_seqlens`` marking where
+each sequence starts); flex attention on a GPU as one packed sequence with a document mask (a row sees the rows of its
+own sequence, :meth:`PackedRows.document_mask`; torch's compiled CPU flex kernel cannot be built for that mask); eager
+and sdpa back as (B, N, T, H) with zeros at the padding positions, which the padding mask hides, their output packed
+again: eager because it returns (B, N, T, T) probabilities, sdpa because transformers' sdpa function takes dense
+tensors only. The re-padding is three scatters and a gather per layer, forward and backward.
 
 The number of rows is rounded up to one of a few sizes (at most 1/8 more rows, :func:`bucket`) by adding padding
 positions as rows: their rows are computed like any padding position, hidden from attention as keys (for
@@ -19,11 +17,11 @@ count, and every size the allocator and the kernels have seen stays in the proce
 
 This file travels to the Hub as remote code with ``modeling_hfbert.py``: it imports only torch and transformers.
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -38,11 +36,50 @@ def bucket(rows: int) -> int:
     return -(-rows // step) * step
 
 
-def flex_takes_packed_rows(device: torch.device) -> bool:
-    """Whether flex attention gets the packed rows with a document mask on ``device``: not on CPU, where torch's
-    compiled flex kernel fails to build for that mask (a C++ compile error in inductor's CPU template, torch 2.13),
-    so there flex attention gets the padded layout like sdpa."""
-    return device.type != "cpu"
+# How a backend takes the packed (R', N, H) rows: "varlen" as they are, with ``cu_seqlens`` (FlashAttention's
+# variable-length form); "document_mask" as one sequence of R' rows with a mask that keeps each row to its own
+# sequence; "padded" scattered back to (B, N, T, H), with the padded batch's mask.
+Layout = Literal["varlen", "document_mask", "padded"]
+
+
+@dataclass(frozen=True)
+class AttentionBackend:
+    """What hfbert needs to know about one of transformers' attention backends (``config._attn_implementation``)."""
+
+    packed_rows: Layout
+    packed_rows_on_cpu: Layout | None = None  # where torch's CPU kernel needs another layout (None: the same)
+    probabilities: bool = False  # computes the (B, N, T, T) attention probabilities, through the module's dropout
+    dropout_in_training: bool = True  # takes attention-probability dropout in training
+    backward_on_cpu: bool = True  # torch can train with it on a CPU
+    compiles_per_shape: bool = False  # compiles a kernel for the first shapes it meets
+    kernel: str | None = None  # the package its kernel comes from, when that is not torch
+
+    def layout(self, device: torch.device) -> Layout:
+        """How the packed rows go into attention on ``device``."""
+        if device.type == "cpu" and self.packed_rows_on_cpu is not None:
+            return self.packed_rows_on_cpu
+        return self.packed_rows
+
+
+ATTENTION_BACKENDS: dict[str, AttentionBackend] = {
+    "eager": AttentionBackend("padded", probabilities=True),
+    "sdpa": AttentionBackend("padded"),
+    "flex_attention": AttentionBackend("document_mask", packed_rows_on_cpu="padded", dropout_in_training=False,
+                                       backward_on_cpu=False, compiles_per_shape=True),
+    "flash_attention_2": AttentionBackend("varlen", kernel="flash_attn"),
+    "flash_attention_3": AttentionBackend("varlen", kernel="flash_attn_interface"),
+}
+
+
+def attention_backend(name: str) -> AttentionBackend:
+    """The entry of :data:`ATTENTION_BACKENDS` for ``name``. A backend the table does not list (a kernels-hub one,
+    say) takes the rows as FlashAttention does if transformers counts it as FlashAttention (its name says
+    "flash"), else padded."""
+    if name in ATTENTION_BACKENDS:
+        return ATTENTION_BACKENDS[name]
+    if is_flash_attention_requested(requested_attention_implementation=name):
+        return AttentionBackend("varlen")
+    return AttentionBackend("padded")
 
 
 @dataclass
@@ -117,21 +154,20 @@ class PackedRows:
     def attention(self, attention: Callable, module, query, key, value, attention_mask, **kwargs):
         """``attention`` (a transformers attention function) over packed (R', N, H) rows -> context (R', N, H), and the
         attention probabilities if the backend returns them. ``attention_mask`` is the padded batch's mask."""
-        flash = is_flash_attention_requested(module.config)
-        if flash or (module.config._attn_implementation == "flex_attention" and flex_takes_packed_rows(query.device)):
-            query, key, value = (x.transpose(0, 1).unsqueeze(0) for x in (query, key, value))  # (1, N, R', H)
-            if flash:
-                context, probs = attention(
-                    module, query, key, value, None,
-                    cu_seq_lens_q=self.cu_seqlens, cu_seq_lens_k=self.cu_seqlens,
-                    max_length_q=self.max_seqlen, max_length_k=self.max_seqlen, **kwargs,
-                )
-            else:
-                context, probs = attention(module, query, key, value, self.document_mask(), **kwargs)
-            return context.squeeze(0), probs  # (1, R', N, H) -> (R', N, H)
-        query, key, value = (self.unpack(x).transpose(1, 2) for x in (query, key, value))  # (B, N, T, H)
-        context, probs = attention(module, query, key, value, attention_mask, **kwargs)  # (B, T, N, H)
-        return self.pack(context), probs
+        layout = attention_backend(module.config._attn_implementation).layout(query.device)
+        if layout == "padded":
+            query, key, value = (self.unpack(x).transpose(1, 2) for x in (query, key, value))  # (B, N, T, H)
+            context, probs = attention(module, query, key, value, attention_mask, **kwargs)  # (B, T, N, H)
+            return self.pack(context), probs
+        query, key, value = (x.transpose(0, 1).unsqueeze(0) for x in (query, key, value))  # (1, N, R', H)
+        if layout == "varlen":
+            context, probs = attention(
+                module, query, key, value, None,
+                cu_seq_lens_q=self.cu_seqlens, cu_seq_lens_k=self.cu_seqlens,
+                max_length_q=self.max_seqlen, max_length_k=self.max_seqlen, **kwargs,
+            )
+        else:
+            context, probs = attention(module, query, key, value, self.document_mask(), **kwargs)
+        return context.squeeze(0), probs  # (1, R', N, H) -> (R', N, H)
 
-
-__all__ = ["PackedRows", "bucket"]
+__all__ = ["ATTENTION_BACKENDS", "AttentionBackend", "PackedRows", "attention_backend", "bucket"]

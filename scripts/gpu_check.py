@@ -4,11 +4,12 @@ transformers' BERT, with model FLOPs utilisation. Written for one H100/H200, und
     bash scripts/gpu_check.sh --peak_tflops 989 --output gpu_check.json
 
 Pretraining (BERT-Base, vocabulary 30522, bf16 autocast over float32 weights, fused AdamW, a fresh batch every step:
-full rows except 10% shorter ones, 15% of the tokens masked): hfbert with ``eager``, ``sdpa``, ``flex_attention``
-and, where the kernel is installed, ``flash_attention_2`` (the packed rows then run FlashAttention's variable-length
-kernel, and flex_attention takes them as one sequence with a document mask); ``sdpa_padded`` and
-``flex_attention_padded`` are hfbert computing every padding position, for attribution; transformers'
-``BertForPreTraining`` with ``sdpa`` and ``flash_attention_2``. Attention dropout is 0 for every row, since
+full rows except 10% shorter ones, 15% of the tokens masked): hfbert with every backend of
+``hfbert.unpadding_hfbert.ATTENTION_BACKENDS`` that trains here: ``eager``, ``sdpa``, ``flex_attention`` and, where the
+kernel is installed, ``flash_attention_2`` (the packed rows then run FlashAttention's variable-length kernel, and
+flex_attention takes them as one sequence with a document mask); ``sdpa_padded`` and ``flex_attention_padded`` are
+hfbert computing every padding position, for attribution; transformers' ``BertForPreTraining`` with ``sdpa`` and the
+installed kernels. Attention dropout is 0 for every row, since
 flex_attention takes none. Inference: the bare encoder in bf16 on batches of sentence-like lengths padded to their
 longest row, hfbert as configured and with ``padding_free=True``, against transformers.
 
@@ -39,11 +40,15 @@ import torch
 import transformers
 
 from hfbert import HfBertConfig, HfBertForPreTraining, HfBertModel, unpadding_hfbert
+from hfbert.unpadding_hfbert import ATTENTION_BACKENDS
 from hfbert.arguments import CommandParser, UsageError, run_command
 from hfbert.pretrain.config import PretrainConfig, native_mixed_precision
 
 PROG = "gpu_check"
 PAD, CLS, SEP, MASK, FIRST_WORD = 0, 101, 102, 103, 1000
+BASELINE = "sdpa"  # transformers' row every speed-up is against
+PADDED_ROWS = ("sdpa", "flex_attention")  # backends also timed computing every padding position, for attribution
+LAYOUT_NOTE = {"varlen": " (packed varlen)", "document_mask": " (packed, document mask)", "padded": ""}
 
 
 @dataclass
@@ -164,19 +169,31 @@ def packed_agreement(config: HfBertConfig, batch: dict, backend: str, device) ->
             "grad_max_rel_diff": float((packed_grad - padded_grad).abs().max() / padded_grad.abs().max())}
 
 
-def contenders(args, flash: bool) -> list[tuple[str, str, str]]:
-    """(row name, library, attention backend)."""
-    rows = [("hfbert eager", "hfbert", "eager"), ("hfbert sdpa", "hfbert", "sdpa"),
-            ("hfbert sdpa_padded", "hfbert", "sdpa")]
-    if not args.allow_cpu:
-        rows += [("hfbert flex_attention (packed, document mask)", "hfbert", "flex_attention"),
-                 ("hfbert flex_attention_padded", "hfbert", "flex_attention")]
-    if flash:
-        rows.append(("hfbert flash_attention_2 (packed varlen)", "hfbert", "flash_attention_2"))
-    rows.append(("transformers sdpa", "transformers", "sdpa"))
-    if flash:
-        rows.append(("transformers flash_attention_2", "transformers", "flash_attention_2"))
-    return rows
+def trains_here(backend: str, device) -> bool:
+    """Whether ``backend`` can train on ``device``: on a CPU the torch backends with a CPU backward, on a GPU those
+    and the kernels that are installed."""
+    spec = ATTENTION_BACKENDS[backend]
+    if device.type == "cpu":
+        return spec.kernel is None and spec.backward_on_cpu
+    return spec.kernel is None or importlib.util.find_spec(spec.kernel) is not None
+
+
+def kernels(device) -> list[str]:
+    """The backends from kernels outside torch that run on ``device``."""
+    return [b for b, spec in ATTENTION_BACKENDS.items() if spec.kernel is not None and trains_here(b, device)]
+
+
+def contenders(device) -> list[tuple[str, str, str]]:
+    """(row name, library, attention backend): hfbert on every backend that trains here, transformers on sdpa and the
+    kernels."""
+    rows = []
+    for backend, spec in ATTENTION_BACKENDS.items():
+        if not trains_here(backend, device):
+            continue
+        rows.append((f"hfbert {backend}{LAYOUT_NOTE[spec.layout(device)]}", "hfbert", backend))
+        if backend in PADDED_ROWS:
+            rows.append((f"hfbert {backend}_padded", "hfbert", backend))
+    return rows + [(f"transformers {backend}", "transformers", backend) for backend in (BASELINE, *kernels(device))]
 
 
 def build(library: str, config: HfBertConfig, backend: str, device, seed: int = 0):
@@ -224,18 +241,18 @@ def pretraining_row(name, library, backend, config, batches, args, device) -> di
     return row
 
 
-def inference_rows(config, args, device, flash: bool) -> list[dict]:
+def inference_rows(config, args, device) -> list[dict]:
     batches = sentence_batches(args.warmup + args.steps, 64 if not args.allow_cpu else 4, config.vocab_size, seed=7)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
     ours = HfBertModel(config)
     theirs = transformers.BertModel(config.to_bert_config())
     theirs.load_state_dict(ours.state_dict(), strict=False)
-    runs = [("hfbert sdpa", ours, "sdpa", False), ("hfbert sdpa padding_free", ours, "sdpa", True),
-            ("transformers sdpa", theirs, "sdpa", False)]
-    if flash:
-        runs += [("hfbert flash_attention_2 padding_free (varlen)", ours, "flash_attention_2", True),
-                 ("transformers flash_attention_2", theirs, "flash_attention_2", False)]
+    runs = [(f"hfbert {BASELINE}", ours, BASELINE, False), (f"hfbert {BASELINE} padding_free", ours, BASELINE, True),
+            (f"transformers {BASELINE}", theirs, BASELINE, False)]
+    for backend in kernels(device):
+        runs += [(f"hfbert {backend} padding_free ({ATTENTION_BACKENDS[backend].layout(device)})", ours, backend, True),
+                 (f"transformers {backend}", theirs, backend, False)]
     rows = []
     for name, model, backend, free in runs:
         model = model.to(device=device, dtype=dtype).eval()
@@ -264,7 +281,6 @@ def check(args: GpuCheckArguments) -> int:
         raise UsageError("no CUDA GPU is visible (torch.cuda.is_available() is False); this check needs one "
                          "H100/H200-class GPU (--allow_cpu only checks the script itself)")
     device = torch.device("cuda" if torch.cuda.is_available() and not args.allow_cpu else "cpu")
-    flash = device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
     if args.allow_cpu:
         config = HfBertConfig(vocab_size=1200, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                               intermediate_size=64, attention_probs_dropout_prob=0.0)
@@ -275,7 +291,7 @@ def check(args: GpuCheckArguments) -> int:
         "what": "bf16 pretraining step (BERT-Base) and mixed-length inference, hfbert vs transformers",
         "device": torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "transformers": transformers.__version__,
-        "flash_attn_installed": flash, "settings": {k: v for k, v in dataclasses.asdict(args).items()},
+        "kernels_installed": kernels(device), "settings": {k: v for k, v in dataclasses.asdict(args).items()},
         "pretraining": [], "inference": [], "skipped": [],
     }
     default_precision = PretrainConfig().mixed_precision
@@ -290,7 +306,7 @@ def check(args: GpuCheckArguments) -> int:
         sample["attention_mask"][row, length:] = 0
         sample["input_ids"][row, length:] = PAD
         sample["labels"][row, length:] = -100
-    for backend in sorted({b for _, library, b in contenders(args, flash) if library == "hfbert"}):
+    for backend in sorted({b for _, library, b in contenders(device) if library == "hfbert"}):
         try:
             row = packed_agreement(config, sample, backend, device)
         except (RuntimeError, ValueError, ImportError) as error:
@@ -302,7 +318,7 @@ def check(args: GpuCheckArguments) -> int:
     for length in args.length_list:
         rows = max(1, args.batch_tokens // length) if not args.allow_cpu else 4
         batches = pretraining_batches(args.warmup + args.steps, rows, length, config.vocab_size, seed=length)
-        for name, library, backend in contenders(args, flash):
+        for name, library, backend in contenders(device):
             if time.monotonic() - started > args.budget_seconds:
                 report["skipped"].append(f"{name} at {length}: over --budget_seconds")
                 continue
@@ -317,12 +333,12 @@ def check(args: GpuCheckArguments) -> int:
                   f"MFU {row['mfu'] or 0:.3f}", flush=True)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    baseline = {r["length"]: r["step_s"] for r in report["pretraining"] if r["row"] == "transformers sdpa"}
+    baseline = {r["length"]: r["step_s"] for r in report["pretraining"] if r["row"] == f"transformers {BASELINE}"}
     for row in report["pretraining"]:
         if row["length"] in baseline:
             row["speedup_vs_transformers_sdpa"] = baseline[row["length"]] / row["step_s"]
     if time.monotonic() - started <= args.budget_seconds:
-        report["inference"] = inference_rows(config, args, device, flash)
+        report["inference"] = inference_rows(config, args, device)
         for row in report["inference"]:
             print(f"inference {row['row']:45s} {row['tokens_per_s']:10.0f} tok/s", flush=True)
     else:

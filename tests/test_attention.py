@@ -6,6 +6,7 @@ flex_attention compiles on CPU (slow first call, again for every new shape), so 
 config and one input shape (BATCH x LENGTH), and the outputs are computed once per module.
 """
 
+import dataclasses
 import warnings
 
 import pytest
@@ -208,9 +209,9 @@ def varlen_reference(module, query, key, value, attention_mask, scaling, dropout
 def test_packed_rows_reach_a_varlen_backend_as_cu_seqlens(cls, monkeypatch):
     AttentionInterface.register("varlen_reference", varlen_reference)
     AttentionMaskInterface.register("varlen_reference", sdpa_mask)
-    # This test's backend stands for FlashAttention, which the packed path recognises by name.
-    monkeypatch.setattr(unpadding_hfbert, "is_flash_attention_requested",
-                        lambda config: config._attn_implementation == "varlen_reference")
+    # This test's backend stands for FlashAttention: one entry of the table says it takes the rows as they are.
+    monkeypatch.setitem(unpadding_hfbert.ATTENTION_BACKENDS, "varlen_reference",
+                        unpadding_hfbert.AttentionBackend("varlen"))
     model, _ = twin(cls)
     inputs, labels = padded_batch(cls)
     extra = {"labels": labels} if cls is HfBertForPreTraining else {}
@@ -294,7 +295,9 @@ def test_packed_rows_reach_flex_attention_as_one_sequence_with_a_document_mask(m
 
     monkeypatch.setattr(flex_integration, "compile_friendly_flex_attention",
                         lambda query, key, value, training=False, **kwargs: flex_attention(query, key, value, **kwargs))
-    monkeypatch.setattr(unpadding_hfbert, "flex_takes_packed_rows", lambda device: True)  # a GPU's choice
+    flex = unpadding_hfbert.ATTENTION_BACKENDS["flex_attention"]
+    monkeypatch.setitem(unpadding_hfbert.ATTENTION_BACKENDS, "flex_attention",
+                        dataclasses.replace(flex, packed_rows_on_cpu=None))  # a GPU's layout
     masks = []
     document_mask = unpadding_hfbert.PackedRows.document_mask
     monkeypatch.setattr(unpadding_hfbert.PackedRows, "document_mask",

@@ -88,12 +88,12 @@ from .. import __version__
 from ..arguments import CommandParser, UsageError, run_command
 from ..configuration_hfbert import HfBertConfig
 from ..data import (CHAPTER_HEADING, DataCollatorForBertPretraining, build_pretraining_dataset, split_sentences)
+from ..data.sources import BUILTIN_CORPUS
 from ..modeling_hfbert import HfBertForPreTraining, HfBertModel, HfBertSelfAttention
 from ..tokenization import train_wordpiece
+from ..unpadding_hfbert import ATTENTION_BACKENDS, attention_backend
 from . import data_bench
 
-BUILTIN_CORPUS = Path(__file__).resolve().parents[1] / "corpora" / "en_austen_6novels.txt.gz"
-BUILTIN_CORPUS_FILE = "en_austen_6novels.txt"
 # WordPieces learned from the corpus; the rest of --vocab_size is [unused] entries. The Austen novels give about
 # 14,000 pieces at the trainer's default frequency cut, so a larger learned vocabulary would fail on them.
 LEARNED_VOCAB_SIZE = 8000
@@ -105,8 +105,10 @@ DEFAULT_COMPILE_PRESETS = "mini,small"
 WARMUP_STEPS = 2  # the first compiles, the second meets a new shape (dynamic shapes); eager runs the same two
 PEERS = ("hfbert", "transformers", "hfbert+compile", "transformers+compile")
 BASELINE = "transformers"
-# Attention backends hfbert can be timed with (--attn_implementations); sdpa is the one transformers runs with.
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
+# Attention backends hfbert can be timed with (--attn_implementations): those torch itself provides. transformers
+# runs with BASELINE_ATTENTION.
+ATTN_IMPLEMENTATIONS = tuple(name for name, backend in ATTENTION_BACKENDS.items() if backend.kernel is None)
+BASELINE_ATTENTION = "sdpa"
 QUICK_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                     max_position_embeddings=512)
 
@@ -136,9 +138,10 @@ class BenchArguments:
                           "compiled ones only for --compile_presets; one alone in a process shows its own memory "
                           "growth; speed-ups need transformers)"})
     attn_implementations: str = field(
-        default="sdpa",
+        default=BASELINE_ATTENTION,
         metadata={"help": "sections a and b: comma-separated attention backends hfbert is timed with, a row each "
-                          "(some of eager, sdpa, flex_attention; transformers and the compiled rows stay on sdpa)"})
+                          f"(some of {', '.join(ATTN_IMPLEMENTATIONS)}; transformers and the compiled rows stay on "
+                          f"{BASELINE_ATTENTION})"})
     batch_size: int | None = field(
         default=None, metadata={"help": "batch size at every size (default: per preset, fewer rows at longer lengths)"})
     repeats: int = field(default=5, metadata={"help": "timed rounds per comparison (medians reported)"})
@@ -452,7 +455,7 @@ def load_corpus(args: BenchArguments, scratch: Path) -> BenchCorpus:
         path, name = Path(args.corpus), args.corpus
         layout, boundary = args.input_layout or "sentences", args.document_boundary
     else:
-        path = scratch / BUILTIN_CORPUS_FILE
+        path = scratch / BUILTIN_CORPUS.stem  # the text, without .gz
         path.write_text(_shipped_corpus_text(args.quick), encoding="utf-8")
         name = f"{BUILTIN_CORPUS.name} (shipped with hfbert{', first 1200 lines' if args.quick else ''})"
         layout, boundary = args.input_layout or "paragraphs", args.document_boundary or "chapter"
@@ -550,7 +553,7 @@ def twins(hfbert_class, transformers_class, config, device, seed: int = 0):
     torch.manual_seed(seed)
     ours = hfbert_class(config)
     bert_config = config.to_bert_config()
-    bert_config._attn_implementation = "sdpa"
+    bert_config._attn_implementation = BASELINE_ATTENTION
     theirs = transformers_class(bert_config)
     missing, unexpected = theirs.load_state_dict(ours.state_dict(), strict=False)
     if unexpected or any("decoder" not in key for key in missing):
@@ -589,14 +592,14 @@ def work_ratio(config, name: str, calls: list[dict]) -> float | None:
 
 
 def backend_contender(backend: str) -> str:
-    """The name of hfbert's row with attention ``backend``: plain "hfbert" for sdpa, the backend transformers runs
-    with, so that one keeps the name it has without --attn_implementations."""
-    return "hfbert" if backend == "sdpa" else f"hfbert {backend}"
+    """The name of hfbert's row with attention ``backend``: plain "hfbert" for the backend transformers runs with
+    (sdpa), so that one keeps the name it has without --attn_implementations."""
+    return "hfbert" if backend == BASELINE_ATTENTION else f"hfbert {backend}"
 
 
 def with_attention(model, backend: str):
     """``model`` itself for sdpa, else a copy of it (the same weights) running attention with ``backend``."""
-    if backend == "sdpa":
+    if backend == BASELINE_ATTENTION:
         return model
     model = copy.deepcopy(model)
     model.set_attn_implementation(backend)
@@ -604,15 +607,16 @@ def with_attention(model, backend: str):
 
 
 def _without_attention_dropout(model) -> None:
-    """Attention-probability dropout off (transformers' flex_attention takes no dropout when training)."""
+    """Attention-probability dropout off, for a backend that takes none when training (transformers'
+    flex_attention)."""
     for module in model.modules():
         if isinstance(module, HfBertSelfAttention):
             module.dropout.p = 0.0
 
 
-def _compiles_first(name: str) -> bool:
+def _compiles_first(name: str, backend: str) -> bool:
     """Whether the contender compiles kernels on its first steps (torch.compile; FlexAttention per shape)."""
-    return name.endswith("+compile") or "flex_attention" in name
+    return name.endswith("+compile") or attention_backend(backend).compiles_per_shape
 
 
 def _compile_counter() -> int | None:
@@ -694,7 +698,7 @@ def _inference_stats(batches: list[dict]) -> dict:
             "width": max(b["input_ids"].shape[1] for b in batches)}
 
 
-def _contender_row(contender: Contender, times: list[float], warmups: list[float],
+def _contender_row(contender: Contender, backend: str, times: list[float], warmups: list[float],
                    baseline: list[float] | None) -> dict:
     calls = contender.timed(WARMUP_STEPS)
     seconds = statistics.median(times)
@@ -703,13 +707,14 @@ def _contender_row(contender: Contender, times: list[float], warmups: list[float
            **contender.memory(WARMUP_STEPS)}
     if contender.name.endswith("+compile"):
         row["compile_s"] = max(0.0, sum(warmups) - len(warmups) * seconds)
-    elif _compiles_first(contender.name):  # FlexAttention compiles its kernel for the first shapes it meets
+    elif _compiles_first(contender.name, backend):  # FlexAttention compiles its kernel for the first shapes it meets
         row["first_steps_s"] = max(0.0, sum(warmups) - len(warmups) * seconds)
-    if _compiles_first(contender.name):
+    if _compiles_first(contender.name, backend):
         row["graphs_compiled_warmup"], row["graphs_compiled_timed"] = contender.graphs(WARMUP_STEPS)
     if contender.name != BASELINE and baseline is not None:
         row["speedup"] = paired_speedup(baseline, times)
         row["speedup_of_medians"] = _ratio(statistics.median(baseline), seconds)
+    row["attn_implementation"] = backend
     return row
 
 
@@ -722,11 +727,11 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
     if "hfbert" in wanted:  # a row per attention backend, each model a copy with the same weights
         for backend in args.backends():
             name = backend_contender(backend)
-            if backend == "flex_attention" and device.type == "cpu":
-                not_run[name] = "torch's FlexAttention has no backward on CPU"
+            if device.type == "cpu" and not ATTENTION_BACKENDS[backend].backward_on_cpu:
+                not_run[name] = f"torch's {backend} has no backward on CPU"
                 continue
             models[name], backends[name] = with_attention(hf, backend), backend
-            if backend == "flex_attention":
+            if not ATTENTION_BACKENDS[backend].dropout_in_training:
                 _without_attention_dropout(models[name])
     if "transformers" in wanted:
         models["transformers"] = tf
@@ -765,9 +770,9 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
               "supervised_per_batch": statistics.mean(c["supervised"] for c in calls),
               "widths": sorted({c["width"] for c in calls}), "contenders": list(models)}
     for name, contender in contenders.items():
-        result[name] = _contender_row(contender, times[name], warmups[name], times.get(BASELINE))
-        result[name]["attn_implementation"] = backends.get(name, "sdpa")
-        if backends.get(name) == "flex_attention":
+        backend = backends.get(name, BASELINE_ATTENTION)
+        result[name] = _contender_row(contender, backend, times[name], warmups[name], times.get(BASELINE))
+        if not ATTENTION_BACKENDS[backend].dropout_in_training:
             result[name]["attention_dropout"] = 0.0
         result[name]["work_ratio"] = work_ratio(config, name, contender.timed(WARMUP_STEPS))
         if device.type == "cuda" and args.peak_tflops:
@@ -826,8 +831,8 @@ def bench_inference(preset: str, draw: Callable[[], list[dict]], kind: str, args
               "tokens_per_run": tokens / len(calls), "padding_fraction": 1 - tokens / padded_tokens,
               "contenders": list(runs)}
     for name, contender in contenders.items():
-        result[name] = _contender_row(contender, times[name], warmups[name], times[BASELINE])
-        result[name]["attn_implementation"] = backends.get(name, "sdpa")
+        result[name] = _contender_row(contender, backends.get(name, BASELINE_ATTENTION), times[name], warmups[name],
+                                      times[BASELINE])
     if "hfbert" in result:
         result["speedup"] = result["hfbert"]["speedup"]
         if padding_free:
@@ -936,7 +941,7 @@ def label(name: str, row: dict | None = None) -> str:
 
 def _first_steps(name: str, row: dict) -> str:
     """The compile column: compile s of torch.compile, the first steps' extra time of FlexAttention, else '-'."""
-    if not _compiles_first(name):
+    if not _compiles_first(name, row.get("attn_implementation", BASELINE_ATTENTION)):
         return "-"
     return _fmt(row.get("compile_s", row.get("first_steps_s")), ".0f")
 

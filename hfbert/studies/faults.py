@@ -48,6 +48,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..unpadding_hfbert import attention_backend
+
 __all__ = [
     "ACTIVATION_SITES",
     "BIT_CLASSES",
@@ -513,7 +515,7 @@ def _activation_targets(model: nn.Module, patterns: dict[str, re.Pattern[str]]) 
 
 def _check_attention_materialised(model: nn.Module) -> None:
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    if impl not in (None, "eager"):
+    if impl is not None and not attention_backend(impl).probabilities:
         raise ValueError(
             f"attention probabilities are never materialised with attn_implementation={impl!r} (fused kernel); "
             "load the model with attn_implementation='eager' to inject into them"
