@@ -22,7 +22,7 @@ _PRESETS: dict[str, tuple[int, int]] = {
 }
 
 # BertConfig options whose only value in the original BERT is this one (older BERT folders still write them).
-_ORIGINAL_VALUES = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
+ORIGINAL_VALUES = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
 
 SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_tanh", "relu")
 
@@ -91,7 +91,7 @@ class HfBertConfig(PretrainedConfig):
             )
         # Options of transformers' BertConfig that the original BERT lacks: another value is another network, and
         # the original's value is dropped so that it is not carried into saved configs (BertConfig no longer has it).
-        for key, original in _ORIGINAL_VALUES.items():
+        for key, original in ORIGINAL_VALUES.items():
             value = kwargs.pop(key, None)
             if value not in (original, None):
                 raise ValueError(f"{key}={value!r} is not the original BERT architecture; hfbert supports only "
@@ -156,7 +156,7 @@ class HfBertConfig(PretrainedConfig):
         if model_type not in (None, "bert", cls.model_type):
             raise ValueError(f"cannot convert a config of model_type {model_type!r}: expected 'bert' or 'hfbert'")
         values = {key: data[key] for key in _BERT_KEYS if key in data}
-        values.update({key: data[key] for key in _ORIGINAL_VALUES if key in data})  # checked, then dropped, on init
+        values.update({key: data[key] for key in ORIGINAL_VALUES if key in data})  # checked, then dropped, on init
         for key in ("id2label", "label2id", "problem_type", "architectures"):
             if data.get(key) is not None:
                 values[key] = data[key]
@@ -175,4 +175,4 @@ class HfBertConfig(PretrainedConfig):
         )
 
 
-__all__ = ["HfBertConfig"]
+__all__ = ["ORIGINAL_VALUES", "HfBertConfig"]

@@ -36,7 +36,7 @@ import transformers
 
 from . import modeling_hfbert
 from .arguments import CommandParser, UsageError, run_command
-from .configuration_hfbert import _ORIGINAL_VALUES, HfBertConfig
+from .configuration_hfbert import ORIGINAL_VALUES, HfBertConfig
 from .google_checkpoint import VOCAB_FILE, google_model, is_google_folder, vocab_is_cased, write_google_checkpoint
 from .tokenization import bert_tokenizer_from_vocab, load_vocab
 
@@ -205,7 +205,7 @@ def hfbert_to_bert_config(config: Mapping[str, Any], head: str):
 
 def bert_to_hfbert_config(config: Mapping[str, Any], head: str):
     """The equivalent ``HfBertConfig``; refuses BERT variants the original BERT does not have."""
-    unsupported = {k: config[k] for k, default in _ORIGINAL_VALUES.items() if config.get(k, default) != default}
+    unsupported = {k: config[k] for k, default in ORIGINAL_VALUES.items() if config.get(k, default) != default}
     if unsupported:
         raise ValueError(f"these BERT settings have no hfbert equivalent (the original BERT has none): {unsupported}")
 

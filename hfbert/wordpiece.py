@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
 
-__all__ = ["GOOGLE_MAX_INPUT_CHARS_PER_WORD", "WordCacheEncoder", "build_normalizer", "build_pre_tokenizer"]
+__all__ = [
+    "GOOGLE_MAX_INPUT_CHARS_PER_WORD", "WordCacheEncoder", "build_normalizer", "build_pre_tokenizer", "concat_ranges",
+]
 
 GOOGLE_MAX_INPUT_CHARS_PER_WORD = 200
 
@@ -154,7 +156,7 @@ class WordCacheEncoder:
         word_rows = self._rows(words_of, int(n_words.sum()))
         starts, lengths_table, pieces = self._arrays()
         word_lengths = lengths_table[word_rows]
-        fast_ids = pieces[_concat_ranges(starts[word_rows], word_lengths)]
+        fast_ids = pieces[concat_ranges(starts[word_rows], word_lengths)]
         word_ends = np.concatenate(([0], np.cumsum(word_lengths)))
         text_ends = np.cumsum(n_words)
         lengths = word_ends[text_ends] - word_ends[text_ends - n_words]
@@ -213,7 +215,7 @@ class WordCacheEncoder:
         return self._table
 
 
-def _concat_ranges(starts: Any, lengths: Any) -> Any:
+def concat_ranges(starts: Any, lengths: Any) -> Any:
     """Concatenation of ``arange(s, s + l)`` for every (s, l), without a Python loop."""
     ends = np.cumsum(lengths)
     return np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(starts - (ends - lengths), lengths)

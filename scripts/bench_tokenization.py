@@ -11,16 +11,14 @@ from __future__ import annotations
 import gzip
 import time
 from dataclasses import dataclass, field
-from importlib.resources import files
 from pathlib import Path
 
 import datasets
 import torch
 
 from hfbert.arguments import CommandParser
+from hfbert.data.sources import BUILTIN_CORPUS
 from hfbert.tokenization import tokenize_dataset, train_wordpiece
-
-BUILTIN_CORPUS = files("hfbert") / "corpora" / "en_austen_6novels.txt.gz"
 
 
 def read_lines(path: str | None) -> list[str]:

@@ -41,7 +41,7 @@ from tokenizers import Tokenizer
 from datasets import Dataset, DatasetInfo, Features, IterableDataset, List, Value
 from datasets.table import InMemoryTable
 
-from ..wordpiece import WordCacheEncoder, _concat_ranges
+from ..wordpiece import WordCacheEncoder, concat_ranges
 from .documents import ReadStats, split_sentences
 from .engines import run_tasks
 from .masking import MaskingSpec, continuation_table, mask_batch
@@ -253,7 +253,7 @@ class PoolBuilder:
         ones = np.ones(n, dtype=np.int64)
         starts = np.stack([cls_at * ones, a0, sep_at * ones, b0, sep_at * ones], axis=1).ravel()
         lengths = np.stack([ones, a1 - a0, ones, b1 - b0, ones], axis=1).ravel()
-        gather = _concat_ranges(starts, lengths)
+        gather = concat_ranges(starts, lengths)
         ids = np.concatenate((pool.ids, [self.cls_id, self.sep_id])).astype(np.int32)[gather]
         row_lengths = lengths.reshape(n, 5).sum(axis=1)
         offsets = np.concatenate(([0], np.cumsum(row_lengths)))
@@ -314,7 +314,7 @@ def shuffled_table(table: pa.Table, order: np.ndarray) -> pa.Table:
             values = np.empty(int(new_offsets[-1]), dtype=source.dtype)
             for lo in range(0, len(order), GATHER_ROWS):  # small index arrays: reused memory, see below
                 hi = min(lo + GATHER_ROWS, len(order))
-                at = _concat_ranges(starts[lo:hi], lengths[lo:hi])
+                at = concat_ranges(starts[lo:hi], lengths[lo:hi])
                 np.take(source, at, out=values[new_offsets[lo]:new_offsets[hi]])
             columns.append(pa.ListArray.from_arrays(pa.array(new_offsets), pa.array(values), type=array.type))
         elif array.null_count == 0 and (pa.types.is_integer(array.type) or pa.types.is_floating(array.type)):
