@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hfbert.data.manifest import MANIFEST, Manifest
+
 REPO = Path(__file__).resolve().parents[1]
 STREAMING = "mosaicml-streaming==0.13.0"
 
@@ -55,7 +57,7 @@ def corpus_file(work: Path, megabytes: float) -> Path:
 def prepared_folder(work: Path, corpus: Path, megabytes: float, length: int, tokenizer: Path | None) -> Path:
     suffix = "" if megabytes == 1000 else f"-{megabytes:g}mb"
     folder = work / f"prepared-{length}{suffix}"
-    if not (folder / "hfbert_prepare.json").is_file():
+    if not (folder / MANIFEST).is_file():
         command = [sys.executable, "-m", "hfbert.cli", "prepare", "--input", str(corpus), "--output_dir",
                    str(folder), "--overwrite_output_dir", "--input_layout", "paragraphs", "--masking", "static",
                    "--dupe_factor", "1", "--max_seq_length", str(length), "--seed", "42",
@@ -126,6 +128,8 @@ STREAMING_SCRIPT = textwrap.dedent("""
     import glob, sys, time
     from pathlib import Path
     import numpy as np
+
+from hfbert.data.manifest import MANIFEST, Manifest
     import pyarrow.parquet as pq
     from streaming import MDSWriter, StreamingDataset
 
@@ -188,7 +192,7 @@ def streaming_venv(work: Path) -> Path:
 def streaming(folder: Path, rows: int, batch_size: int, work: Path) -> float:
     """MosaicML Streaming, default shuffle, one process, no workers, on the same rows written as MDS."""
     python = streaming_venv(work)
-    pad = json.loads((folder / "hfbert_prepare.json").read_text())["tokenizer"]["special_token_ids"]["pad"]
+    pad = Manifest.read(folder).tokenizer.special_token_ids["pad"]
     mds = work / f"mds-{folder.name.removeprefix('prepared-')}"
     done = subprocess.run([str(python), "-c", STREAMING_SCRIPT, str(folder), str(mds), str(rows), str(batch_size),
                            str(pad)], capture_output=True, text=True, check=True)
@@ -217,7 +221,7 @@ def shuffle_quality(folder: Path, batch_size: int, batches: int = 200) -> dict:
     corpus = PreparedCorpus.open(folder)
     sizes = corpus.blocks("train")
     starts = np.cumsum(sizes) - sizes
-    groups_per_shard = [shard["row_groups"] for shard in corpus.manifest["splits"]["train"]["shards"]]
+    groups_per_shard = [shard.row_groups for shard in corpus.manifest.splits["train"].shards]
     shard_of_block = np.repeat(np.arange(len(groups_per_shard)), groups_per_shard)
     plan = BatchPlan(sizes, batch_size, 1, 42, 0)
     rng = np.random.default_rng(0)

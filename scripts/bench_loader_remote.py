@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from hfbert.data.manifest import Manifest
+
 os.environ.setdefault("HF_HUB_DISABLE_XET", "1")  # the test server offers plain LFS only; read at import
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.pop("HF_HUB_OFFLINE", None)
@@ -166,8 +168,7 @@ def main() -> None:
         result = remote_rows(args.prepared, batches, cache_blocks=cache_blocks, hub_url=hub.url)
         if args.startup:
             with tempfile.TemporaryDirectory(prefix="hfbert-bench-") as scratch:
-                manifest = json.loads(Path(args.prepared, "hfbert_prepare.json").read_text(encoding="utf-8"))
-                length = manifest["settings"]["max_seq_length"]
+                length = Manifest.read(args.prepared).settings["max_seq_length"]
                 work = Path(args.work or scratch)
                 for name, prepared in (("local", args.prepared), ("hf", "hf://datasets/user/bench-loader")):
                     result[f"pretrain_first_step_seconds_{name}"] = pretrain_startup(prepared, hub.url, work, length)

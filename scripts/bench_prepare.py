@@ -171,9 +171,11 @@ def _build(spec: dict, tokenizer) -> tuple[int, int]:
 
         folder = prepare_corpus(spec["corpus"], spec["output"], tokenizer=tokenizer, engine=spec["engine"],
                                 num_proc=spec["num_proc"], **SETTINGS)
-        manifest = json.loads((Path(folder) / "hfbert_prepare.json").read_text())
-        tokens = manifest["report"]["sentences"]["tokens"]
-        rows = sum(info["rows"] for info in manifest["splits"].values())
+        from hfbert.data import Manifest
+
+        manifest = Manifest.read(folder)
+        tokens = manifest.report["sentences"]["tokens"]
+        rows = sum(info.rows for info in manifest.splits.values())
     return tokens, rows
 
 

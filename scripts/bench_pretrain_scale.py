@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from hfbert.data.manifest import MANIFEST, Manifest
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_SECONDS = 0.2
 
@@ -75,7 +77,7 @@ def prepare(work: Path, size: str, tokenizer: Path) -> Path:
         if not corpus.is_file():
             _run([sys.executable, str(REPO / "scripts" / "make_corpus.py"), str(corpus), "--megabytes", size])
     folder = work / (f"prepared-{float(size):g}mb" if size != "builtin" else "prepared-builtin")
-    if not (folder / "hfbert_prepare.json").is_file():
+    if not (folder / MANIFEST).is_file():
         started = time.monotonic()
         source = ["--input", str(corpus)] if corpus else []
         _run([sys.executable, "-m", "hfbert.cli", "prepare", *source, "--output_dir", str(folder),
@@ -131,7 +133,7 @@ def train(work: Path, folder: Path, steps: int, preset: str, batch_size: int, mi
     data_seconds = sum(r["data_seconds"] for r in steady) / max(len(steady), 1)
     figures = {
         "prepared": str(folder),
-        "train_rows": json.loads((folder / "hfbert_prepare.json").read_text())["splits"]["train"]["rows"],
+        "train_rows": Manifest.read(folder).splits["train"].rows,
         "prepared_megabytes": round(sum(p.stat().st_size for p in (folder / "data").iterdir()) / 1e6, 1),
         "seconds_to_first_step": round(first_step_seconds, 1) if first_step_seconds else None,
         "peak_rss_mib": round(peak / 1024, 1),

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from hfbert.data import DataCollatorForBertPretraining, PreparedCorpus, prepare_corpus
-from hfbert.data.prepared import MANIFEST
+from hfbert.data.manifest import MANIFEST, Manifest
 from hfbert.data.shards import parquet_bytes, shard_file
 from hfbert.pretrain.data import BatchPlan, ReadAhead, training_batch
 
@@ -257,7 +257,7 @@ def test_at_most_max_open_files_shards_stay_open(static_folder, tmp_path, monkey
     many = reshard(Path(static_folder), tmp_path / "many", rows_per_shard=20)
     monkeypatch.setattr(PreparedCorpus, "MAX_OPEN_FILES", 8)
     corpus = PreparedCorpus.open(many)
-    shards = len(corpus.manifest["splits"]["train"]["shards"])
+    shards = len(corpus.manifest.splits["train"].shards)
     assert shards > 40
     before = _open_descriptors()
     order = np.random.default_rng(1).permutation(corpus.num_rows("train"))
@@ -283,7 +283,7 @@ def test_two_thousand_shards_train_a_full_epoch_under_ulimit_256(static_folder, 
     corpus = PreparedCorpus.open(static_folder)
     rows_per_shard = max(1, corpus.num_rows("train") // 2000)
     many = reshard(Path(static_folder), tmp_path / "many", rows_per_shard=rows_per_shard)
-    shards = len(json.loads((many / MANIFEST).read_text())["splits"]["train"]["shards"])
+    shards = len(Manifest.read(many).splits["train"].shards)
     assert shards >= 2000
     rows = PreparedCorpus.open(many).num_rows("train")
     batch = 64

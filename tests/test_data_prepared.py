@@ -166,8 +166,8 @@ def test_a_dataset_is_cut_by_rows_and_gives_the_same_rows_as_its_documents(en_to
     shards = lambda folder: {k: v for k, v in folder_bytes(folder).items() if k.startswith("data/")}  # noqa: E731
     assert shards(from_list) == shards(from_dataset)
     corpus = PreparedCorpus.open(from_dataset)
-    assert corpus.manifest["input"] == {"dataset": "dataset", "rows": 60, "column": "sentences"}
-    assert corpus.manifest["report"]["documents"]["used"] == 60
+    assert corpus.manifest.input == {"dataset": "dataset", "rows": 60, "column": "sentences"}
+    assert corpus.manifest.report["documents"]["used"] == 60
 
 
 def test_held_out_rule_is_per_document():
@@ -268,7 +268,7 @@ def test_prepare_command_trains_a_vocabulary_and_writes_the_folder(austen, tmp_p
     printed = capsys.readouterr().out
     assert "checks: all counts add up" in printed and "shard(s) per split" in printed
     corpus = PreparedCorpus.open(out)
-    assert corpus.manifest["tokenizer"]["vocab_size"] == 1200 and len(corpus.load_tokenizer()) == 1200
+    assert corpus.manifest.tokenizer.vocab_size == 1200 and len(corpus.load_tokenizer()) == 1200
     assert corpus.settings["seed"] == 5 and corpus.num_rows("train") > 0
 
 

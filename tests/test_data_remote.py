@@ -134,7 +134,7 @@ def test_an_fsspec_url_gives_the_rows_of_the_local_folder_reading_only_their_row
     assert corpus.load_tokenizer().get_vocab() == local.load_tokenizer().get_vocab()
     first_group = list(range(10))  # rows of the first row group of the first shard
     assert corpus.rows("train", first_group) == local.rows("train", first_group)
-    shard_bytes = local.manifest["splits"]["train"]["shards"][0]["bytes"]
+    shard_bytes = local.manifest.splits["train"].shards[0].bytes
     assert flaky.reads == 2 and flaky.bytes_read < shard_bytes  # the footer, then that row group only
     chosen = picks(local)
     assert corpus.rows("train", chosen) == local.rows("train", chosen)

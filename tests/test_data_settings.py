@@ -61,7 +61,7 @@ def test_keywords_and_the_settings_object_are_the_same_build(en_tok, corpus_dir,
     by_keywords = prepare_corpus(str(corpus_dir / "*.txt"), tmp_path / "b", tokenizer=en_tok, max_seq_length=48,
                                  dupe_factor=2, pool_size=4, seed=3, num_shards=2, eval_fraction=0.3)
     a, b = PreparedCorpus.open(by_object), PreparedCorpus.open(by_keywords)
-    assert a.manifest["splits"] == b.manifest["splits"] and a.settings == b.settings
+    assert a.manifest.splits == b.manifest.splits and a.settings == b.settings
     # The manifest records every example setting (defaults resolved) and reads back as the same object.
     assert ExampleSettings.from_recorded(a.settings) == settings.example_settings(input_layout=None)
     assert a.settings["dupe_factor"] == 2 and a.settings["num_shards"] == 2

@@ -482,8 +482,8 @@ def test_without_prepared_folders_the_job_prepares_its_input_first(corpus, tmp_p
                   eval_fraction=0.2)
     result = pretrain(PretrainConfig.from_dict(values))
     folder = PreparedCorpus.open(output_dir / "prepared" / "length-64")
-    assert folder.manifest["input"]["document_boundary"] == CHAPTER_HEADING
-    assert folder.manifest["report"]["documents"]["used"] == 10  # the front matter and nine chapters
+    assert folder.manifest.input["document_boundary"] == CHAPTER_HEADING
+    assert folder.manifest.report["documents"]["used"] == 10  # the front matter and nine chapters
     assert folder.settings["seed"] == 42 and folder.settings["masking"] == "dynamic"
     assert result.metrics["step"] == 2 and (output_dir / "model.safetensors").is_file()
     exported = json.loads((output_dir / "tokenizer.json").read_text())

@@ -142,8 +142,8 @@ def test_two_machines_without_a_shared_disk_prepare_the_same_data(corpus, tmp_pa
         assert machine.returncode == 0, err[-3000:]
     main_dir, other_dir = tmp_path / "machine0", tmp_path / "machine1"
     built = [PreparedCorpus.open(folder / "prepared" / "length-64") for folder in (main_dir, other_dir)]
-    assert built[0].manifest["tokenizer"] == built[1].manifest["tokenizer"]  # one vocabulary
-    assert built[0].manifest["splits"] == built[1].manifest["splits"]  # byte-identical shards (sha256 each)
+    assert built[0].manifest.tokenizer == built[1].manifest.tokenizer  # one vocabulary
+    assert built[0].manifest.splits == built[1].manifest.splits  # byte-identical shards (sha256 each)
     metrics = json.loads((main_dir / "metrics.json").read_text())
     assert metrics["num_processes"] == 2 and metrics["step"] == 4
     assert not any((other_dir / name).exists() for name in ("model.safetensors", "metrics.json", "runs"))

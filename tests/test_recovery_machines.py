@@ -316,8 +316,8 @@ def damaged_copy(source: Path, destination: Path, world: int, batch_size: int, f
     ``first_step`` (1-based) but one reads by step ``LONG_STEPS``; the file keeps its size. Returns (copy, shard)."""
     shutil.copytree(source, destination)
     corpus = PreparedCorpus.open(destination)
-    shards = corpus.manifest["splits"]["train"]["shards"]
-    ends = np.cumsum([shard["rows"] for shard in shards])
+    shards = corpus.manifest.splits["train"].shards
+    ends = np.cumsum([shard.rows for shard in shards])
     plan = BatchPlan(corpus.blocks("train"), batch_size, world, 42, 0, window=1)
     first_read = {}
     for micro in range(plan.batches_per_epoch):

@@ -10,7 +10,6 @@ Without ``--input`` the built-in Austen corpus is used; without ``--tokenizer`` 
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,8 @@ from ..arguments import CommandParser, UsageError, run_command
 from ..hub import HubDownloadError, HubPushError
 from ..inputs import open_binary
 from .engines import ENGINES
-from .prepared import MANIFEST, prepare_corpus, push_prepared
+from .manifest import MANIFEST, Manifest
+from .prepared import prepare_corpus, push_prepared
 from .report import render_report
 from .settings import ExampleSettings
 from .sources import load_dataset_split
@@ -89,13 +89,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     num_proc=args.num_proc, engine=args.engine, scheduler=args.scheduler,
                                     overwrite=args.overwrite_output_dir)
         with open_binary(f"{folder}/{MANIFEST}") as handle:
-            manifest = json.load(handle)
-        report = manifest["report"]
+            manifest = Manifest.read(handle.read(), str(folder))
+        report = manifest.report
         print(render_report(report), end="")
         for message in report["warnings"]:
             print(f"warning: {message}")
-        rows = ", ".join(f"{info['rows']} {split}" for split, info in manifest["splits"].items())
-        print(f"wrote {rows} examples in {manifest['settings']['num_shards']} shard(s) per split to {folder}")
+        rows = ", ".join(f"{info.rows} {split}" for split, info in manifest.splits.items())
+        print(f"wrote {rows} examples in {manifest.settings['num_shards']} shard(s) per split to {folder}")
         if args.push_to_hub:
             commit = push_prepared(folder, args.push_to_hub, revision=args.hub_revision, private=args.hub_private,
                                    timeout=args.hub_timeout)

@@ -48,6 +48,7 @@ from transformers import AutoTokenizer
 from .blocks import BlockSlots
 from .documents import CorpusError, read_document_range
 from .engines import run_tasks
+from .manifest import MANIFEST, Manifest, PreparedDataError, ShardRecord, SplitRecord, TokenizerRecord, dataset_card
 from ..google_checkpoint import is_google_folder
 from ..hub import push_to_hub, resolve_timeout
 from ..model_source import ModelSourceError, locate, source_tokenizer
@@ -77,46 +78,23 @@ from .sources import BUILTIN_CORPUS, TextFiles, resolve_input
 
 __all__ = ["MANIFEST", "PreparedCorpus", "PreparedDataError", "auto_num_shards", "prepare_corpus", "push_prepared"]
 
-MANIFEST = "hfbert_prepare.json"
-FORMAT = "hfbert-prepared"
-FORMAT_VERSION = 1
 # Input bytes per shard and duplication pass when num_shards is not given.  A worker holds one shard's rows
 # (they are shuffled before writing), so this bounds a worker's memory whatever the corpus size.
 SHARD_INPUT_BYTES = 32 << 20
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
-class PreparedDataError(ValueError):
-    """A prepared folder that cannot be read as its manifest describes it; the message names the file."""
-
-
-def _read_manifest(manifest_path: Path, shown: str) -> dict:
-    """The manifest of a prepared folder (``shown`` names the folder in messages), checked for its format."""
-    if not manifest_path.is_file():
-        raise PreparedDataError(f"{shown} is not a prepared folder: it has no {MANIFEST} (build it with "
-                                "`hfbert prepare`)")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise PreparedDataError(f"{shown}/{MANIFEST}: not valid JSON ({err})") from None
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        raise PreparedDataError(f"{shown}/{MANIFEST}: format {manifest.get('format')!r} version "
-                                f"{manifest.get('format_version')!r}; this hfbert reads {FORMAT!r} version "
-                                f"{FORMAT_VERSION}")
-    return manifest
-
-
-def _check_shards(manifest: dict, size_of, shown: str) -> None:
+def _check_shards(manifest: Manifest, size_of, shown: str) -> None:
     """Every shard the manifest lists is there (``size_of(file)`` is not None) with the manifest's size."""
-    for split, info in manifest["splits"].items():
-        for shard in info["shards"]:
-            size = size_of(shard["file"])
+    for split, info in manifest.splits.items():
+        for shard in info.shards:
+            size = size_of(shard.file)
             if size is None:
-                raise PreparedDataError(f"shard {shard['file']} of {shown} is missing (the manifest lists "
-                                        f"{len(info['shards'])} {split} shards)")
-            if size != shard["bytes"]:
-                raise PreparedDataError(f"shard {shard['file']} of {shown} has {size} bytes, the manifest says "
-                                        f"{shard['bytes']}: the file is truncated or was replaced")
+                raise PreparedDataError(f"shard {shard.file} of {shown} is missing (the manifest lists "
+                                        f"{len(info.shards)} {split} shards)")
+            if size != shard.bytes:
+                raise PreparedDataError(f"shard {shard.file} of {shown} has {size} bytes, the manifest says "
+                                        f"{shard.bytes}: the file is truncated or was replaced")
 
 
 def auto_num_shards(input_bytes: int, dupe_factor: int) -> int:
@@ -317,27 +295,25 @@ def _finish_output(output: str, tokenizer, facts: TokenizerFacts, source, settin
     for split in SPLITS:
         entries = [r["splits"][split] for r in results if split in r["splits"]]
         if entries:
-            keep = ("file", "rows", "tokens", "digest", "sha256", "bytes", "row_groups")
-            splits[split] = {"rows": sum(e["rows"] for e in entries), "tokens": sum(e["tokens"] for e in entries),
-                             "shards": [{key: e[key] for key in keep} for e in entries]}
+            shards = [ShardRecord(e["file"], e["rows"], e["tokens"], e["digest"], e["sha256"], e["bytes"],
+                                  e["row_groups"]) for e in entries]
+            splits[split] = SplitRecord(sum(e["rows"] for e in entries), sum(e["tokens"] for e in entries), shards)
     input_description = source.describe()
     if "files" in input_description:
         input_description["files"] = [_display(p) for p in input_description["files"]]
-    manifest = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "settings": settings,
-        "input": input_description,
-        "tokenizer": {"sha256": hashlib.sha256(files["tokenizer.json"]).hexdigest(), "vocab_size": len(facts.vocab),
-                      "special_token_ids": specials, "files": sorted(files)},
-        "columns": {field.name: str(field.type) for field in settings_schema(settings)},
-        "splits": splits,
-        "report": report,
-    }
+    manifest = Manifest(
+        settings=settings,
+        input=input_description,
+        tokenizer=TokenizerRecord(hashlib.sha256(files["tokenizer.json"]).hexdigest(), len(facts.vocab), specials,
+                                  sorted(files)),
+        columns={field.name: str(field.type) for field in settings_schema(settings)},
+        splits=splits,
+        report=report,
+    )
     write_atomically(output, "report.json", (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode())
     write_atomically(output, "report.txt", render_report(report).encode())
-    write_atomically(output, "README.md", _dataset_card(manifest).encode())
-    write_atomically(output, MANIFEST, (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode())
+    write_atomically(output, "README.md", dataset_card(manifest).encode())
+    manifest.write(output)
     _remove_leftovers(output)
 
 
@@ -356,49 +332,6 @@ def _remove_leftovers(output: str) -> None:
         path.unlink(missing_ok=True)
 
 
-def _dataset_card(manifest: dict) -> str:
-    settings, splits = manifest["settings"], manifest["splits"]
-    files = "\n".join(f"  - split: {split}\n    path: data/{split}-*" for split in splits)
-    rows = "\n".join(f"| {split} | {info['rows']:,} | {info['tokens']:,} | {len(info['shards'])} |"
-                     for split, info in splits.items())
-    shown = ("max_seq_length", "masking", "dupe_factor", "masked_lm_prob", "max_predictions_per_seq",
-             "short_seq_prob", "whole_word_mask", "eval_fraction", "num_shards", "seed")
-    table = "\n".join(f"| `{key}` | `{json.dumps(settings[key])}` |" for key in shown)
-    return f"""---
-configs:
-- config_name: default
-  data_files:
-{files}
-tags:
-- hfbert
-- bert-pretraining
----
-
-# BERT pretraining examples (hfbert)
-
-Next-sentence-prediction pairs and masked-LM examples built by `hfbert prepare` with the algorithm of Google's
-`create_pretraining_data.py`, one sequence length per folder. `hfbert_prepare.json` holds every build setting,
-the tokenizer's fingerprint and a digest of every shard; `report.txt` is the health report of the build.
-
-| split | rows | tokens | shards |
-|---|---|---|---|
-{rows}
-
-| setting | value |
-|---|---|
-{table}
-
-```python
-from hfbert.data import PreparedCorpus
-
-corpus = PreparedCorpus.open("path/or/user-name/repo")
-batch = corpus.rows("train", [0, 1, 2])
-```
-
-`datasets.load_dataset("path/or/user-name/repo")` reads the same Parquet files.
-"""
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Reading
 
@@ -411,17 +344,17 @@ class PreparedCorpus:
     #: Shard files kept open per corpus (all splits together); opening one more closes the least recently used.
     MAX_OPEN_FILES = 64
 
-    def __init__(self, path: Path, manifest: dict):
+    def __init__(self, path: Path, manifest: Manifest):
         self.path = Path(path)
         self.manifest = manifest
-        self._offsets = {split: np.concatenate(([0], np.cumsum([s["rows"] for s in info["shards"]])))
-                         for split, info in manifest["splits"].items()}
+        self._offsets = {split: np.concatenate(([0], np.cumsum([s.rows for s in info.shards])))
+                         for split, info in manifest.splits.items()}
         self._files: OrderedDict[tuple[str, int], pq.ParquetFile] = OrderedDict()
         self._ends: dict[tuple[str, int], np.ndarray] = {}
-        self._blocks = BlockSlots(settings_schema(manifest["settings"]), self.CACHED_GROUPS)
+        self._blocks = BlockSlots(settings_schema(manifest.settings), self.CACHED_GROUPS)
         # Every row group but a shard's last holds ``row_group_size`` rows: a row's group is arithmetic.
-        self._group_size = manifest["settings"].get("row_group_size") if all(
-            "row_groups" in shard for info in manifest["splits"].values() for shard in info["shards"]) else None
+        self._group_size = manifest.settings.get("row_group_size") if all(
+            shard.row_groups is not None for shard in manifest.shards()) else None
         self._lock = threading.RLock()  # the training loop reads ahead in a thread
 
     @classmethod
@@ -461,8 +394,8 @@ class PreparedCorpus:
                 raise
             return corpus
         folder = fetch_metadata(remote, MANIFEST, cache_dir, seconds)
-        manifest = _read_manifest(folder / MANIFEST, remote.url)
-        shards = {shard["file"]: shard for info in manifest["splits"].values() for shard in info["shards"]}
+        manifest = Manifest.read(folder, remote.url)
+        shards = {shard.file: shard for shard in manifest.shards()}
         sizes = list_sizes(remote, sorted({file.rsplit("/", 1)[0] for file in shards}), seconds)
         _check_shards(manifest, sizes.get, remote.url)
         corpus = cls(folder, manifest)
@@ -473,7 +406,7 @@ class PreparedCorpus:
 
     @classmethod
     def _open_local(cls, path: Path) -> PreparedCorpus:
-        manifest = _read_manifest(path / MANIFEST, str(path))
+        manifest = Manifest.read(path)
 
         def size(name: str) -> int | None:
             file = path / name
@@ -485,7 +418,7 @@ class PreparedCorpus:
     # -- what it holds ----------------------------------------------------------------------------------
     @property
     def settings(self) -> dict:
-        return self.manifest["settings"]
+        return self.manifest.settings
 
     @property
     def max_seq_length(self) -> int:
@@ -493,7 +426,7 @@ class PreparedCorpus:
 
     @property
     def splits(self) -> list[str]:
-        return list(self.manifest["splits"])
+        return list(self.manifest.splits)
 
     def num_rows(self, split: str = "train") -> int:
         return int(self._offsets[self._split(split)][-1])
@@ -501,23 +434,23 @@ class PreparedCorpus:
     def load_tokenizer(self):
         """The tokenizer the rows were built with (its fingerprint is checked against the manifest)."""
         digest = hashlib.sha256((self.path / "tokenizer.json").read_bytes()).hexdigest()
-        if digest != self.manifest["tokenizer"]["sha256"]:
+        if digest != self.manifest.tokenizer.sha256:
             raise PreparedDataError(f"{self.path / 'tokenizer.json'} is not the tokenizer the corpus was built with "
                                     f"(sha256 {digest[:12]}..., the manifest says "
-                                    f"{self.manifest['tokenizer']['sha256'][:12]}...)")
+                                    f"{self.manifest.tokenizer.sha256[:12]}...)")
         return AutoTokenizer.from_pretrained(str(self.path))
 
     def check_model_config(self, config) -> None:
         """Raise ValueError naming both values when a model config disagrees with the corpus's tokenizer."""
-        expected = self.manifest["tokenizer"]
-        if config.vocab_size != expected["vocab_size"]:
+        expected = self.manifest.tokenizer
+        if config.vocab_size != expected.vocab_size:
             raise ValueError(f"the model's vocab_size ({config.vocab_size}) differs from the vocabulary of the "
-                             f"prepared corpus {self.url or self.path} ({expected['vocab_size']}); build the model "
-                             f"with vocab_size={expected['vocab_size']}")
+                             f"prepared corpus {self.url or self.path} ({expected.vocab_size}); build the model "
+                             f"with vocab_size={expected.vocab_size}")
         pad = getattr(config, "pad_token_id", None)
-        if pad is not None and pad != expected["special_token_ids"]["pad"]:
+        if pad is not None and pad != expected.special_token_ids["pad"]:
             raise ValueError(f"the model's pad_token_id ({pad}) differs from the prepared corpus's [PAD] id "
-                             f"({expected['special_token_ids']['pad']}, {self.url or self.path})")
+                             f"({expected.special_token_ids['pad']}, {self.url or self.path})")
 
     # -- rows -------------------------------------------------------------------------------------------
     def rows(self, split: str, indices) -> list[dict[str, Any]]:
@@ -562,7 +495,7 @@ class PreparedCorpus:
         rows that follow the first ``i`` blocks'.  From the manifest alone (no file is opened)."""
         split = self._split(split)
         sizes = [np.diff(self._group_ends(split, shard), prepend=0)
-                 for shard in range(len(self.manifest["splits"][split]["shards"]))]
+                 for shard in range(len(self.manifest.splits[split].shards))]
         return np.concatenate(sizes).astype(np.int64) if sizes else np.zeros(0, dtype=np.int64)
 
     def set_cache(self, blocks: int) -> None:
@@ -595,15 +528,14 @@ class PreparedCorpus:
 
     def verify(self) -> None:
         """Check every shard's bytes against the manifest's sha256 (reads the whole corpus once)."""
-        for info in self.manifest["splits"].values():
-            for shard in info["shards"]:
-                digest = hashlib.sha256()
-                with open(self.path / shard["file"], "rb") as handle:
-                    for block in iter(lambda: handle.read(1 << 22), b""):
-                        digest.update(block)
-                if digest.hexdigest() != shard["sha256"]:
-                    raise PreparedDataError(f"shard {shard['file']} of {self.path} is corrupt: its sha256 differs "
-                                            "from the manifest's; re-download or rebuild it")
+        for shard in self.manifest.shards():
+            digest = hashlib.sha256()
+            with open(self.path / shard.file, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 22), b""):
+                    digest.update(block)
+            if digest.hexdigest() != shard.sha256:
+                raise PreparedDataError(f"shard {shard.file} of {self.path} is corrupt: its sha256 differs "
+                                        "from the manifest's; re-download or rebuild it")
 
     def _split(self, split: str) -> str:
         if split not in self._offsets:
@@ -643,10 +575,10 @@ class PreparedCorpus:
         folder's ``row_group_size`` rows), or from the footer for a manifest that does not list them."""
         key = (split, shard)
         if key not in self._ends:
-            entry = self.manifest["splits"][split]["shards"][shard]
+            entry = self.manifest.splits[split].shards[shard]
             size = self.settings.get("row_group_size")
-            if "row_groups" in entry and size:
-                ends = np.minimum(np.arange(1, entry["row_groups"] + 1, dtype=np.int64) * size, entry["rows"])
+            if entry.row_groups is not None and size:
+                ends = np.minimum(np.arange(1, entry.row_groups + 1, dtype=np.int64) * size, entry.rows)
             else:
                 metadata = self._file(split, shard).metadata
                 ends = np.cumsum([metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)],
@@ -678,7 +610,7 @@ class PreparedCorpus:
             if key in self._files:
                 self._files.move_to_end(key)
                 return self._files[key]
-            name = self.manifest["splits"][split]["shards"][shard]["file"]
+            name = self.manifest.splits[split].shards[shard].file
             try:
                 file = self._open_parquet(name)
             except (OSError, pa.ArrowException) as err:
@@ -699,7 +631,7 @@ class PreparedCorpus:
         missing = [key for key in keys if key not in self._blocks]
         if len(missing) < 2:
             return
-        shards = {key[:2]: self.manifest["splits"][key[0]]["shards"][key[1]]["file"] for key in missing}
+        shards = {key[:2]: self.manifest.splits[key[0]].shards[key[1]].file for key in missing}
         files = {name: self._files.get(key) for key, name in shards.items()}
         try:
             files = self._remote.prefetch(files, [(shards[key[:2]], key[2]) for key in missing])
@@ -715,7 +647,7 @@ class PreparedCorpus:
         try:
             return file.read_row_group(group)
         except (OSError, pa.ArrowException) as err:
-            raise self._read_error(self.manifest["splits"][split]["shards"][shard]["file"], err, group) from None
+            raise self._read_error(self.manifest.splits[split].shards[shard].file, err, group) from None
 
     def _read_error(self, name: str, err: Exception, group: int | None = None) -> Exception:
         """The one-line error of a shard that could not be opened or read: the process out of file descriptors

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import queue
 import re
@@ -52,6 +51,8 @@ from typing import Any
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from .manifest import Manifest, PreparedDataError, ShardRecord
 
 __all__ = ["CACHE_ENV", "DEFAULT_CACHE_LIMIT", "RangeCache", "RemoteLocation", "ShardReadError", "default_cache_dir",
            "parse_size", "resolve_location"]
@@ -553,14 +554,14 @@ class RemoteShards:
     location: RemoteLocation
     cache: RangeCache
     timeout: float
-    shards: dict[str, dict]  # name -> the manifest's entry (rows, bytes, sha256, ...)
+    shards: dict[str, ShardRecord]  # name -> the manifest's entry (rows, bytes, sha256, ...)
 
     #: Ranged reads in flight at once when a batch needs row groups not yet fetched (a window's start).
     CONCURRENT_READS = 8
 
     def open_parquet(self, name: str) -> pq.ParquetFile:
         shard = self.shards[name]
-        return open_remote_parquet(self.location, name, shard["bytes"], shard["sha256"], self.cache, self.timeout)
+        return open_remote_parquet(self.location, name, shard.bytes, shard.sha256, self.cache, self.timeout)
 
     def prefetch(self, files: dict[str, pq.ParquetFile | None], groups: list[tuple[str, int]]) -> dict:
         """Open the shards of ``files`` that are None and fetch the regions of ``groups`` ((shard, row group)
@@ -588,8 +589,8 @@ def fetch_metadata(location: RemoteLocation, manifest_name: str, cache_dir: Path
     if (folder / manifest_name).is_file():
         return folder
     try:
-        files = json.loads(manifest)["tokenizer"]["files"]
-    except (ValueError, KeyError, TypeError):
+        files = Manifest.read(manifest, location.url).tokenizer.files
+    except PreparedDataError:
         files = []  # not a manifest hfbert can read: PreparedCorpus.open says what is wrong with it
     scratch = cache_dir / "corpora" / f".{digest[:16]}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     scratch.mkdir(parents=True)
@@ -630,10 +631,9 @@ def download_corpus(location: RemoteLocation, manifest_name: str, cache_dir: Pat
     if (folder / manifest_name).is_file():
         return folder
     try:
-        described = json.loads(manifest)
-        files = list(described["tokenizer"]["files"])
-        shards = [(s["file"], int(s["bytes"])) for info in described["splits"].values() for s in info["shards"]]
-    except (ValueError, KeyError, TypeError):
+        described = Manifest.read(manifest, location.url)
+        files, shards = described.tokenizer.files, [(s.file, int(s.bytes)) for s in described.shards()]
+    except (PreparedDataError, TypeError, ValueError):
         files, shards = [], []  # PreparedCorpus.open says what is wrong with the manifest
     scratch = cache_dir / "downloads" / f".{digest[:16]}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     scratch.mkdir(parents=True)

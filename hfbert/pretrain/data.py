@@ -25,8 +25,6 @@ input (``--input``, ``--dataset`` or the built-in corpus) into ``output_dir/prep
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -40,6 +38,7 @@ from accelerate.utils import broadcast_object_list
 
 from ..data import DataCollatorForBertPretraining, PreparedCorpus, prepare_corpus
 from ..data.collator import IGNORE_INDEX
+from ..data.manifest import MANIFEST, Manifest
 from ..data.masking import RowStreams, splitmix64
 from ..data.settings import ExampleSettings
 from ..data.shards import ROW_GROUP_SIZE
@@ -157,7 +156,7 @@ def _by_length(opened: list[PreparedCorpus], lengths: list[int], config: Pretrai
     first = corpora[lengths[0]]
     for length in lengths:
         corpus = corpora[length]
-        if corpus.manifest["tokenizer"]["sha256"] != first.manifest["tokenizer"]["sha256"]:
+        if corpus.manifest.tokenizer.sha256 != first.manifest.tokenizer.sha256:
             raise ConfigError(f"the prepared folders {first.path} and {corpus.path} were built with different "
                               "tokenizers; build every length with the same one (hfbert prepare --tokenizer DIR)")
         if "validation" not in corpus.splits or corpus.num_rows("validation") == 0:
@@ -243,15 +242,13 @@ def _built(folders: dict[int, Path], with_tokenizer: bool = False) -> dict | Non
     """Each folder's shard digests (None when a folder is not complete); with the tokenizer files, to send."""
     digests = {}
     for length, folder in folders.items():
-        manifest = folder / "hfbert_prepare.json"
-        if not manifest.is_file():
+        if not (folder / MANIFEST).is_file():
             return None
-        splits = json.loads(manifest.read_text(encoding="utf-8"))["splits"]
-        digests[length] = hashlib.sha256(json.dumps(splits, sort_keys=True).encode()).hexdigest()
+        digests[length] = Manifest.read(folder).splits_digest
     if not with_tokenizer:
         return digests
     first = folders[next(iter(folders))]
-    names = json.loads((first / "hfbert_prepare.json").read_text(encoding="utf-8"))["tokenizer"]["files"]
+    names = Manifest.read(first).tokenizer.files
     return {"digests": digests, "tokenizer": {name: (first / name).read_bytes() for name in names}}
 
 
@@ -285,7 +282,7 @@ def baselines(batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
 
 
 def _corpus_name(corpus: PreparedCorpus) -> str:
-    described = corpus.manifest.get("input", {})
+    described = corpus.manifest.input
     files = described.get("files")
     if files == [f"hfbert:{BUILTIN_CORPUS.name}"]:
         return BUILTIN_CORPUS_NAME
@@ -295,7 +292,7 @@ def _corpus_name(corpus: PreparedCorpus) -> str:
 def _stats(corpora: dict[int, PreparedCorpus], held_out: dict[int, list], lengths: list[int]) -> dict[str, Any]:
     """What the model card and metrics.json say about the data (from the manifests and the held-out batches)."""
     first = corpora[lengths[0]]
-    report = first.manifest["report"]
+    report = first.manifest.report
     stats = {
         "corpus": _corpus_name(first),
         "prepared": [str(corpus.path) for corpus in corpora.values()],
@@ -303,10 +300,10 @@ def _stats(corpora: dict[int, PreparedCorpus], held_out: dict[int, list], length
         "train_documents": report["splits"]["train"]["documents"],
         "eval_documents": report["splits"]["validation"]["documents"],
         "sentences": report["sentences"]["used"],
-        "vocab_size": first.manifest["tokenizer"]["vocab_size"],
+        "vocab_size": first.manifest.tokenizer.vocab_size,
         "train_examples": {length: corpus.num_rows("train") for length, corpus in corpora.items()},
         "eval_examples": {length: sum(len(b["input_ids"]) for b in held_out[length]) for length in corpora},
-        "train_tokens": first.manifest["splits"]["train"]["tokens"],
+        "train_tokens": first.manifest.splits["train"].tokens,
         "masking": first.settings["masking"],
     }
     by_length = {length: baselines(batches) for length, batches in held_out.items()}
