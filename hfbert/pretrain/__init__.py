@@ -2,7 +2,8 @@
 
 * :mod:`~hfbert.pretrain.config` -- the settings (:class:`PretrainConfig`) and the sequence-length schedule.
 * :mod:`~hfbert.pretrain.data` -- the prepared corpora (built first without ``--prepared``) and the batches.
-* :mod:`~hfbert.pretrain.loop` -- the Accelerate training loop, evaluation and the exported Hub-format folder.
+* :mod:`~hfbert.pretrain.loop` -- the Accelerate training loop and evaluation.
+* :mod:`~hfbert.pretrain.export` -- the exported Hub-format folder (weights, card, curve, fill-mask) and the push.
 * :mod:`~hfbert.pretrain.callbacks` -- :class:`PretrainCallback`, the hooks a caller watches the run through.
 * :mod:`~hfbert.pretrain.checkpointing` -- atomic, resumable checkpoints.
 * :mod:`~hfbert.pretrain.recovery` -- how a run starts or resumes, divergence and the last good checkpoint.
@@ -14,22 +15,11 @@ function, and ``pretrain(config, callbacks=[...], model_init=...)`` lets a calle
 
 from .callbacks import PretrainCallback
 from .config import ConfigError, Phase, PretrainConfig, load_config, parse_args, resolve_phases
-from .loop import (
-    CONFIG_FILE,
-    CURVE_FILE,
-    LOG_FILE,
-    METRICS_FILE,
-    PretrainResult,
-    TrainingDivergedError,
-    fill_mask_example,
-    main,
-    plot_curve,
-    preflight,
-    pretrain,
-)
+from .export import CURVE_FILE, LOG_FILE, METRICS_FILE, fill_mask_example, plot_curve
+from .loop import CONFIG_FILE, PretrainResult, TrainingDivergedError, main, preflight, pretrain
 
 __all__ = [
-    "ConfigError", "Phase", "PretrainCallback", "PretrainConfig", "PretrainResult", "TrainingDivergedError",
+    "CONFIG_FILE", "CURVE_FILE", "LOG_FILE", "METRICS_FILE", "ConfigError", "Phase", "PretrainCallback", "PretrainConfig", "PretrainResult", "TrainingDivergedError",
     "fill_mask_example",
     "load_config", "main", "parse_args", "plot_curve", "preflight", "pretrain", "resolve_phases",
 ]

@@ -40,18 +40,15 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import TorchDynamoPlugin
 from tqdm.auto import tqdm
-from transformers import pipeline
 
 from ..arguments import UsageError, run_command
 from ..data.prepared import PreparedDataError
 from ..data.remote import ShardReadError
-from ..hub import DEFAULT_IGNORE_PATTERNS, push_to_hub
-from ..modelcard import write_pretrained_card
+from ..hub import HubPushError
 from ..modeling_hfbert import IGNORE_INDEX
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
 from .callbacks import CallbackHandler, PretrainCallback
-from .checkpointing import (DiskFullError, from_main, out_of_space, save_checkpoint, seed_step, settle,
-                            staged_folder)
+from .checkpointing import DiskFullError, from_main, save_checkpoint, seed_step, settle
 from .config import ConfigError, Phase, PretrainConfig, command_parser, native_mixed_precision, resolve_phases
 from .data import (PREPARED_DIR, BatchPlan, ReadAhead, TrainingData, check_sources, load_training_data,
                    prepared_lengths, training_batch)
@@ -65,14 +62,12 @@ from .recovery import (
     record_divergence,
     resume_run,
 )
-from .tracking import JsonlTracker, read_jsonl
+from .export import LOG_FILE, export, push
+from .tracking import JsonlTracker
 
 __all__ = ["PretrainResult", "TrainingDivergedError", "main", "pretrain", "preflight"]
 
 CONFIG_FILE = "pretrain_config.json"
-LOG_FILE = Path("runs") / "metrics.jsonl"
-METRICS_FILE = "metrics.json"
-CURVE_FILE = "loss_curve.png"
 # Statistics summed over processes each optimizer step (one all-reduce of this small vector). Losses are sums
 # (over supervised tokens, over NSP pairs) so that any window of steps is normalised the way a step is.
 _STATS = ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "mlm_total", "nsp_correct", "nsp_total", "tokens",
@@ -566,91 +561,17 @@ def pretrain(config: PretrainConfig, *, callbacks: list[PretrainCallback] | None
             accelerator.log({k: v for k, v in metrics.items() if k.startswith("eval_")}, step=state.step)
         handler("on_train_end", step=state.step, metrics=metrics, model=accelerator.unwrap_model(model))
         result = PretrainResult(Path(config.output_dir), metrics)
-        export = lambda: _export(config, accelerator.unwrap_model(model), data, metrics, phases,  # noqa: E731
-                                 origin.record)
-        fill_mask = from_main(accelerator, export)  # every process stops with it on a full disk
+        write = lambda: export(config, accelerator.unwrap_model(model), data, metrics, phases,  # noqa: E731
+                               origin.record)
+        fill_mask = from_main(accelerator, write)  # every process stops with it on a full disk
         if accelerator.is_main_process:
             result.fill_mask = fill_mask
     finally:
         settle()  # gloo lets go of the last exchange's tensors before its process group goes
         accelerator.end_training()
     if config.push_to_hub and accelerator.is_main_process:
-        _push(config)
+        push(config)
     return result
-
-
-def _export(config, model, data: TrainingData, metrics: dict, phases, origin: dict | None = None) -> list[dict]:
-    """Write the Hub-format folder: model, tokenizer, metrics, loss curve, fill-mask example, model card.
-
-    The files are written beside the folder and moved in once all are written, config.json last
-    (:func:`~hfbert.pretrain.checkpointing.staged_folder`): a full disk leaves no half-written model that
-    ``from_pretrained`` would load, and the error names the folder and the space the export needs."""
-    output_dir = Path(config.output_dir)
-    try:
-        with staged_folder(output_dir, last="config.json") as folder:
-            model.save_pretrained(folder)
-            data.tokenizer.save_pretrained(folder)
-            (folder / METRICS_FILE).write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
-            records = read_jsonl(output_dir / LOG_FILE)
-            curve = plot_curve(records, folder / CURVE_FILE, baselines=data.stats)
-            fill_mask = fill_mask_example(folder, config.fill_mask_text)
-            write_pretrained_card(folder, config=config, model_config=model.config, stats=data.stats,
-                                  metrics=metrics, phases=phases, curve=curve, fill_mask=fill_mask, origin=origin)
-    except Exception as err:
-        if not out_of_space(err, output_dir):
-            raise
-        needed = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-        raise DiskFullError(
-            f"could not write the exported model to {output_dir}: No space left on device (the weights alone take "
-            f"about {needed / 2**20:,.1f} MB, {shutil.disk_usage(output_dir).free / 2**20:,.1f} MB are free). The "
-            "folder holds no half-written model and the last checkpoint is complete; free some space and run the "
-            "same command with --resume to export it.") from err
-    return fill_mask
-
-
-def fill_mask_example(model_dir: str | Path, texts: str | list[str], top_k: int = 5) -> list[dict]:
-    """``pipeline("fill-mask")`` on the exported folder: for each of ``texts``, ``{"text", "answers"}`` with the
-    top tokens for its [MASK] (``{"token", "score"}``)."""
-    fill = pipeline("fill-mask", model=str(model_dir), tokenizer=str(model_dir), device="cpu")
-    return [{"text": text, "answers": [{"token": r["token_str"], "score": round(float(r["score"]), 4)}
-                                       for r in fill(text, top_k=top_k)]}
-            for text in ([texts] if isinstance(texts, str) else texts)]
-
-
-def plot_curve(records: list[dict], path: Path, baselines: dict | None = None) -> Path | None:
-    """Training loss and held-out MLM/NSP accuracy against the step; None when matplotlib is not installed."""
-    try:
-        from matplotlib.figure import Figure  # the object API needs no global backend
-    except ImportError:
-        return None
-    train = [(r["step"], r["loss"]) for r in records if "loss" in r and isinstance(r.get("loss"), float)]
-    held = [(r["step"], r["eval_mlm_accuracy"], r["eval_nsp_accuracy"]) for r in records if "eval_mlm_accuracy" in r]
-    figure = Figure(figsize=(10, 4), layout="constrained")
-    loss_axes, accuracy_axes = figure.subplots(1, 2)
-    if train:
-        loss_axes.plot(*zip(*train), label="training loss (MLM + NSP)")
-    loss_axes.set(xlabel="optimizer step", ylabel="loss", title="training loss")
-    loss_axes.legend()
-    if held:
-        steps, mlm, nsp = zip(*held)
-        accuracy_axes.plot(steps, mlm, marker="o", label="held-out MLM accuracy")
-        accuracy_axes.plot(steps, nsp, marker="s", label="held-out NSP accuracy")
-    for key, style, label in (("eval_mlm_baseline_most_frequent_token", ":", "MLM: most frequent token"),
-                              ("eval_nsp_baseline_majority_class", "--", "NSP: majority class")):
-        if baselines and key in baselines:
-            accuracy_axes.axhline(baselines[key], linestyle=style, color="grey", label=label)
-    accuracy_axes.set(xlabel="optimizer step", ylabel="accuracy", ylim=(0, 1), title="held-out accuracy")
-    accuracy_axes.legend()
-    figure.savefig(path, dpi=100)
-    return path
-
-
-def _push(config: PretrainConfig) -> None:
-    result = push_to_hub(config.output_dir, config.push_to_hub, revision=config.hub_revision,
-                         commit_message="hfbert pretrain: model, tokenizer, card and metrics",
-                         ignore_patterns=(*DEFAULT_IGNORE_PATTERNS, f"{PREPARED_DIR}/**"),
-                         timeout=config.hub_timeout)
-    print(f"pushed to {result.repo_id}@{result.revision}: {result.commit_url}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -689,6 +610,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         except StoppedByAnotherProcess:
             return 1
+        except HubPushError as err:  # the model is exported; only the upload failed (main process)
+            print(f"{parser.prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
+            return 1
         except (TrainingDivergedError, DiskFullError, StepDataError, *DATA_ERRORS) as err:
             # A divergence and a full disk are said by the main process; a failed read during training by the
             # first process that had it; one before training (every process opens the same files) by the first
@@ -698,8 +622,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 speaks = isinstance(err, StepDataError) or _first_on_this_machine()
             if speaks:
-                kind = "" if isinstance(err, TrainingDivergedError) else "error: "
-                print(f"{parser.prog}: {kind}{' '.join(str(err).split())}", file=sys.stderr)
+                if isinstance(err, TrainingDivergedError):  # what happened, then the command that recovers
+                    print(f"{parser.prog}: {err}", file=sys.stderr)
+                else:
+                    print(f"{parser.prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
             return 1
         if result.fill_mask:  # the main process
             print(_summary(result))
