@@ -84,15 +84,15 @@ import torch
 import transformers
 from transformers import AutoTokenizer
 
-from .. import __version__
-from ..arguments import CommandParser, UsageError, run_command
-from ..configuration_hfbert import HfBertConfig
-from ..data import (CHAPTER_HEADING, DataCollatorForBertPretraining, build_pretraining_dataset, split_sentences)
-from ..data.sources import BUILTIN_CORPUS
-from ..modeling_hfbert import HfBertForPreTraining, HfBertModel, HfBertSelfAttention
-from ..tokenization import train_wordpiece
-from ..unpadding_hfbert import ATTENTION_BACKENDS, attention_backend
-from . import data_bench
+from ... import __version__
+from ...arguments import CommandParser, UsageError, run_command
+from ...configuration_hfbert import HfBertConfig
+from ...data import (CHAPTER_HEADING, DataCollatorForBertPretraining, build_pretraining_dataset, split_sentences)
+from ...data.sources import BUILTIN_CORPUS
+from ...modeling_hfbert import HfBertForPreTraining, HfBertModel, HfBertSelfAttention
+from ...tokenization import train_wordpiece
+from ...unpadding_hfbert import ATTENTION_BACKENDS, attention_backend
+from .. import data_bench
 
 # WordPieces learned from the corpus; the rest of --vocab_size is [unused] entries. The Austen novels give about
 # 14,000 pieces at the trainer's default frequency cut, so a larger learned vocabulary would fail on them.
