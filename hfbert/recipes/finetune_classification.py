@@ -1,8 +1,8 @@
 """Fine-tune BERT for sentence or sentence-pair classification, regression or multi-label classification.
 
-    python recipes/finetune_classification.py --model_name_or_path DIR --train_file train.jsonl \
+    python -m hfbert.recipes.finetune_classification --model_name_or_path DIR --train_file train.jsonl \
         --validation_file dev.jsonl --text_column sentence --label_column label --output_dir out
-    python recipes/finetune_classification.py args.yaml        # the same arguments from a JSON/YAML file
+    python -m hfbert.recipes.finetune_classification args.yaml        # the same arguments from a JSON/YAML file
 
 ``--task_type auto`` picks regression for float targets (``num_labels == 1``, MSE), multi-label for list
 targets (BCE) and single-label classification otherwise. ``--model_family transformers`` trains
@@ -15,14 +15,14 @@ from dataclasses import dataclass
 
 from transformers import DataCollatorWithPadding, TrainingArguments, set_seed
 
-from hfbert.tasks import (
+from ..tasks import (
     CardKeepingTrainer,
     build_label_maps,
     check_columns,
     encode_labels,
     metrics_for_trainer,
 )
-from hfbert.tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, setting, write_jsonl
+from ..tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, setting, write_jsonl
 
 
 @dataclass

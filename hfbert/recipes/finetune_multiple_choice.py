@@ -1,6 +1,6 @@
 """Fine-tune BERT for multiple choice (SWAG-style): one [CLS] score per (context, choice) pair, softmax over choices.
 
-    python recipes/finetune_multiple_choice.py --model_name_or_path DIR --train_file train.jsonl \
+    python -m hfbert.recipes.finetune_multiple_choice --model_name_or_path DIR --train_file train.jsonl \
         --validation_file dev.jsonl --context_column sent1 --question_column sent2 \
         --choice_columns ending0,ending1,ending2,ending3 --label_column label --output_dir out
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from transformers import DataCollatorForMultipleChoice, TrainingArguments, set_seed
 
-from hfbert.tasks import CardKeepingTrainer, check_columns
-from hfbert.tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, setting, write_jsonl
+from ..tasks import CardKeepingTrainer, check_columns
+from ..tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, setting, write_jsonl
 
 
 @dataclass

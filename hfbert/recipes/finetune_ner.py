@@ -1,6 +1,6 @@
 """Fine-tune BERT for token classification (NER) on pre-split words with BIO tags.
 
-    python recipes/finetune_ner.py --model_name_or_path DIR --train_file train.jsonl \
+    python -m hfbert.recipes.finetune_ner --model_name_or_path DIR --train_file train.jsonl \
         --validation_file dev.jsonl --tokens_column tokens --tags_column ner_tags --output_dir out
 
 Sentences longer than ``--max_seq_length`` sub-tokens are split into overlapping windows (``--doc_stride``
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from transformers import DataCollatorForTokenClassification, TrainingArguments, set_seed
 
-from hfbert.tasks import (
+from ..tasks import (
     CardKeepingTrainer,
     build_label_list,
     check_columns,
@@ -23,7 +23,7 @@ from hfbert.tasks import (
     merge_word_predictions,
     tokenize_and_align_labels,
 )
-from hfbert.tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, setting, write_jsonl
+from ..tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, setting, write_jsonl
 
 
 @dataclass

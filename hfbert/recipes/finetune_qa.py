@@ -1,6 +1,6 @@
 """Fine-tune BERT for extractive question answering (SQuAD v1.1 / v2.0 JSON, or flat JSON/JSONL rows).
 
-    python recipes/finetune_qa.py --model_name_or_path DIR --train_file train-v1.1.json \
+    python -m hfbert.recipes.finetune_qa --model_name_or_path DIR --train_file train-v1.1.json \
         --validation_file dev-v1.1.json --output_dir out [--version_2_with_negative]
 
 Contexts are split into windows of ``--max_seq_length`` tokens sharing ``--doc_stride`` tokens; answers
@@ -19,7 +19,7 @@ from pathlib import Path
 from datasets import Dataset
 from transformers import TrainingArguments, default_data_collator, set_seed
 
-from hfbert.tasks import (
+from ..tasks import (
     CardKeepingTrainer,
     best_null_threshold,
     check_answer_offsets,
@@ -29,7 +29,7 @@ from hfbert.tasks import (
     prepare_qa_features,
     squad_evaluate,
 )
-from hfbert.tasks.runs import ModelArguments, finish_run, note, parse_args, setting
+from ..tasks.runs import ModelArguments, finish_run, note, parse_args, setting
 
 
 @dataclass
