@@ -56,10 +56,6 @@ RUNS = {
 }
 
 
-class _Stop(Exception):
-    """The coordinator ended this run (target reached, last step, or out of time)."""
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # The shared examples
 
@@ -106,27 +102,32 @@ def held_out_accuracy(model, batches: list[dict]) -> dict[str, float]:
 
 class _Pacer:
     """The run's clock (its own training only) and its turns: ``checkpoint`` stops the clock, evaluates, reports
-    and waits for the coordinator's next "go" (or raises :class:`_Stop`)."""
+    and waits for the coordinator's next "go"; ``stopped`` once the coordinator ended the run (target reached, last
+    step, or out of time)."""
 
     def __init__(self, connection, batches: list[dict]):
         self.connection, self.batches = connection, batches
-        self.seconds, self.resumed = 0.0, None
+        self.seconds, self.resumed, self.stopped = 0.0, None, False
 
     def _wait(self) -> None:
-        if self.connection.recv() == "stop":
-            raise _Stop
+        self.stopped = self.connection.recv() == "stop"
         self.resumed = time.monotonic()
 
     def start(self) -> None:
         self.connection.send({"ready": True})
         self._wait()
 
-    def checkpoint(self, model, step: int) -> dict[str, float]:
+    def checkpoint(self, model, step: int) -> None:
         self.seconds += time.monotonic() - self.resumed
         metrics = held_out_accuracy(model, self.batches)
         self.connection.send({"step": step, "seconds": round(self.seconds, 2), **metrics})
         self._wait()
-        return metrics
+
+    def turn_ends(self, model, step: int, every: int) -> bool:
+        """At the end of optimizer step ``step``: whether the run stops here (a turn ends every ``every`` steps)."""
+        if not self.stopped and step % every == 0:
+            self.checkpoint(model, step)
+        return self.stopped
 
 
 def _transformers_config(hf: HfBertConfig, *, recipe_dropout: bool):
@@ -167,8 +168,10 @@ def _bert_in_hfbert_loop(model_config: HfBertConfig):
 
 
 class _Paced(PretrainCallback):
-    """The turns of ``a`` and ``c``, through ``pretrain``'s callbacks: the clock starts with the first step, and every
-    ``every`` steps the common held-out score is taken and the turn passes (as run ``b``'s TrainerCallback does)."""
+    """The turns of ``a`` and ``c``, through ``pretrain``'s callbacks: the clock starts with the first step, every
+    ``every`` steps the common held-out score is taken and the turn passes, and the run stops when the coordinator
+    says so (as run ``b``'s TrainerCallback does). The job's own evaluations are left to the end: its clock would
+    count them, and the pacer's held-out score, off the clock, is the one compared."""
 
     def __init__(self, pacer: _Pacer, every: int):
         self.pacer, self.every = pacer, every
@@ -176,18 +179,17 @@ class _Paced(PretrainCallback):
     def on_train_begin(self, step, model, **kwargs):
         self.pacer.start()
 
-    def on_step_end(self, step, model, **kwargs):
-        if step % self.every == 0:
-            self.pacer.checkpoint(model, step)
+    def on_step_end(self, step, model, control, **kwargs):
+        control.should_evaluate = False
+        control.should_stop = self.pacer.turn_ends(model, step, self.every)
 
 
 def _run_hfbert_loop(run: str, config, folders: dict[int, Path], pacer: _Pacer) -> None:
     """``a`` and ``c``: ``pretrain(config)`` on the prepared folders, paced at every ``eval_steps`` steps; for ``c``,
-    transformers' model through ``model_init``. The job's own evaluations are left to the end (its clock would
-    count them; the pacer's held-out score, off the clock, is the one compared)."""
+    transformers' model through ``model_init``."""
     lengths = [p.max_seq_length for p in resolve_phases(config)]
     job = replace(config, prepared=[str(folders[length]) for length in dict.fromkeys(lengths)],
-                  input=None, dataset=None, tokenizer=None, eval_steps=config.max_steps)
+                  input=None, dataset=None, tokenizer=None)
     pretrain(job, callbacks=[_Paced(pacer, config.eval_steps)],
              model_init=_bert_in_hfbert_loop if run == "c" else None)
 
@@ -215,8 +217,7 @@ def _run_trainer(config, folders: dict[int, Path], work: Path, pacer: _Pacer) ->
             pacer.start()
 
         def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step % config.eval_steps == 0:
-                pacer.checkpoint(kwargs["model"], state.global_step)
+            control.should_training_stop = pacer.turn_ends(kwargs["model"], state.global_step, config.eval_steps)
 
     args = TrainingArguments(
         output_dir=str(work / "trainer"), per_device_train_batch_size=batch_size, learning_rate=config.learning_rate,
@@ -233,13 +234,10 @@ def _worker(run: str, config_values: dict, folders: dict[int, str], work: str, c
     config = PretrainConfig.from_dict(config_values)
     folders = {int(length): Path(folder) for length, folder in folders.items()}
     pacer = _Pacer(connection, held_out_set(config, folders[EVAL_LENGTH]))
-    try:
-        if run == "b":
-            _run_trainer(config, folders, Path(work) / run, pacer)
-        else:
-            _run_hfbert_loop(run, replace(config, output_dir=str(Path(work) / run)), folders, pacer)
-    except _Stop:
-        pass
+    if run == "b":
+        _run_trainer(config, folders, Path(work) / run, pacer)
+    else:
+        _run_hfbert_loop(run, replace(config, output_dir=str(Path(work) / run)), folders, pacer)
     connection.send({"finished": True})
 
 

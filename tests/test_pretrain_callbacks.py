@@ -104,3 +104,57 @@ def test_a_callback_that_is_not_one_fails_before_any_work(folder, tmp_path):
     with pytest.raises(TypeError, match="callbacks must be PretrainCallback instances, got function"):
         pretrain(job(folder, tmp_path / "never"), callbacks=[lambda **kwargs: None])
     assert not (tmp_path / "never").exists()
+
+
+class Steer(PretrainCallback):
+    """Evaluates at step 4 instead of the schedule's 3, checkpoints at step 2, stops after step 5; records what
+    happened."""
+
+    def __init__(self):
+        self.events = []
+
+    def on_step_end(self, step, model, control, **kwargs):
+        if step == 3:
+            assert control.should_evaluate  # the default schedule asked first; this callback says no
+            control.should_evaluate = False
+        control.should_evaluate |= step == 4
+        control.should_save |= step == 2
+        control.should_stop |= step == 5
+
+    def on_log(self, step, logs, control, **kwargs):
+        self.events.append(("log", step))
+
+    def on_evaluate(self, step, metrics, model, control, **kwargs):
+        self.events.append(("evaluate", step))
+        if step == 4:
+            control.should_save = True  # a checkpoint of the evaluated weights, asked for from the evaluation
+
+    def on_train_end(self, step, metrics, model, **kwargs):
+        self.events.append(("end", step, metrics["stopped_by"]))
+
+
+def test_callbacks_steer_evaluation_checkpoints_and_the_stop(folder, tmp_path):
+    steer = Steer()
+    out = tmp_path / "run"
+    result = pretrain(job(folder, out, save_steps=100, keep_last=5), callbacks=[steer])
+    assert steer.events == [("log", 2), ("log", 4), ("evaluate", 4), ("log", 5), ("evaluate", 5),
+                            ("end", 5, "callback")]
+    assert result.metrics["step"] == 5 and result.metrics["stopped_by"] == "callback"
+    assert sorted(path.name for path in out.glob("checkpoint-*")) == [
+        "checkpoint-00000002", "checkpoint-00000004", "checkpoint-00000005"]  # asked for, asked for, the last step
+    logged = [json.loads(line) for line in (out / "runs" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if "eval_mlm_accuracy" in r] == [4, 5]
+    assert [r["step"] for r in logged if "loss" in r] == [2, 4, 5]
+    assert (out / "model.safetensors").is_file()  # a stopped run is exported like a finished one
+
+
+def test_a_checkpoint_written_before_the_log_sums_were_renamed_resumes_its_sums():
+    from hfbert.pretrain.loop import LoopState
+
+    sums = {"mlm_loss_sum": 3.0, "nsp_loss_sum": 1.0, "mlm_correct": 2.0, "mlm_total": 4.0, "nsp_correct": 1.0,
+            "nsp_total": 2.0, "tokens": 50.0}
+    state = LoopState.from_checkpoint({"step": 7, "window": {**sums, "time_up": 0.0}, "window_seconds": 1.5,
+                                       "window_data_seconds": 0.5, "tokens_seen": 90}, logging_steps=5)
+    assert state.since_log == sums and state.since_log_steps == 2
+    assert (state.since_log_seconds, state.since_log_data_seconds, state.tokens_seen) == (1.5, 0.5, 90)
+

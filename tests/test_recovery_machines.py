@@ -156,17 +156,17 @@ DIVERGE_ON_RANK_1 = """
                 outputs.nsp_loss = outputs.nsp_loss * float("nan")
         return outputs
 
-    train_step = loop._Loop.train_step
+    pretrain = loop.pretrain
 
-    def watched(self, *args, **kwargs):
+    def watched(*args, **kwargs):  # what each process raised, before main() turns it into the one message
         try:
-            return train_step(self, *args, **kwargs)
+            return pretrain(*args, **kwargs)
         except loop.TrainingDivergedError as err:
             print(f"rank {rank} stopped at step {err.step}", flush=True)
             raise
 
     hfbert.HfBertForPreTraining.forward = nan_on_rank_1
-    loop._Loop.train_step = watched
+    loop.pretrain = watched
     sys.exit(main(["--config", sys.argv[1]]))
 """
 
@@ -323,7 +323,7 @@ def damaged_copy(source: Path, destination: Path, world: int, batch_size: int, f
     for micro in range(plan.batches_per_epoch):
         for row in plan.global_rows(micro).tolist():
             first_read.setdefault(int(np.searchsorted(ends, row, side="right")), micro + 1)
-    name = next(shards[i]["file"] for i, step in sorted(first_read.items(), key=lambda item: item[1])
+    name = next(shards[i].file for i, step in sorted(first_read.items(), key=lambda item: item[1])
                 if first_step <= step <= LONG_STEPS)
     data = bytearray((destination / name).read_bytes())
     data[len(data) // 3] ^= 0xFF

@@ -12,9 +12,9 @@ The loop (after transformers' ``run_mlm_no_trainer.py`` and accelerate's ``nlp_e
     -> [resume] -> train (log, evaluate, checkpoint) -> evaluate -> export (save_pretrained, card, curve) -> push
 
 What makes it exactly resumable: batches come from :class:`~hfbert.pretrain.data.BatchPlan` (rows by arithmetic on
-the step), dynamic masks from a generator seeded by the step, dropout from generators seeded by (seed, step,
-process) at each step, and a checkpoint on the main process's disk holds model, optimizer, schedule and the logging
-window (:mod:`~hfbert.pretrain.checkpointing`). A resumed run computes bit for bit what an uninterrupted one does
+the step), dynamic masks drawn row by row from (seed, phase, epoch, row), dropout from generators seeded by (seed, step,
+process) at each step, and a checkpoint on the main process's disk holds model, optimizer, schedule and the sums
+since the last log line (:mod:`~hfbert.pretrain.checkpointing`). A resumed run computes bit for bit what an uninterrupted one does
 (fp32 on a CPU), on any number of machines, and logs the same lines.
 
 Outputs in ``output_dir``: ``config.json`` (with ``auto_map``) and ``model.safetensors`` plus the modeling files,
@@ -47,7 +47,7 @@ from ..data.remote import ShardReadError
 from ..hub import HubPushError
 from ..modeling_hfbert import IGNORE_INDEX
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
-from .callbacks import CallbackHandler, PretrainCallback
+from .callbacks import CallbackHandler, DefaultSchedule, PretrainCallback, TrainingControl
 from .checkpointing import DiskFullError, from_main, save_checkpoint, seed_step, settle
 from .config import ConfigError, Phase, PretrainConfig, command_parser, native_mixed_precision, resolve_phases
 from .data import (PREPARED_DIR, BatchPlan, ReadAhead, TrainingData, check_sources, load_training_data,
@@ -69,9 +69,8 @@ __all__ = ["PretrainResult", "TrainingDivergedError", "main", "pretrain", "prefl
 
 CONFIG_FILE = "pretrain_config.json"
 # Statistics summed over processes each optimizer step (one all-reduce of this small vector). Losses are sums
-# (over supervised tokens, over NSP pairs) so that any window of steps is normalised the way a step is.
-_STATS = ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "mlm_total", "nsp_correct", "nsp_total", "tokens",
-          "time_up")
+# (over supervised tokens, over NSP pairs) so that any run of steps is normalised the way a step is.
+_STATS = ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "mlm_total", "nsp_correct", "nsp_total", "tokens")
 #: Optimizer steps whose micro-batches are read and collated ahead, in a background thread.
 READ_AHEAD_STEPS = 2
 
@@ -112,13 +111,83 @@ class LoopState:
     """Everything the loop carries between steps besides model/optimizer/schedule/RNG (saved in checkpoints)."""
 
     step: int = 0  # optimizer steps done
-    window: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_STATS, 0.0))
-    window_seconds: float = 0.0
-    window_data_seconds: float = 0.0  # of window_seconds, the time this process's steps waited for their data
+    since_log: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_STATS, 0.0))  # sums since the last log
+    since_log_steps: int = 0
+    since_log_seconds: float = 0.0
+    since_log_data_seconds: float = 0.0  # of since_log_seconds, the time this process's steps waited for their data
     tokens_seen: int = 0
     train_seconds: float = 0.0  # summed over every invocation of the run
-    recent_losses: list[float] = field(default_factory=list)  # the window the divergence check compares with
+    recent_losses: list[float] = field(default_factory=list)  # the losses the spike check compares with
     history: list[dict] = field(default_factory=list)  # resumes with changed settings (hfbert.pretrain.recovery)
+
+    @classmethod
+    def from_checkpoint(cls, saved: dict[str, Any], logging_steps: int) -> LoopState:
+        """The state a checkpoint holds; one written before the log sums were named ``since_log`` is read too."""
+        renamed = {"window": "since_log", "window_seconds": "since_log_seconds",
+                   "window_data_seconds": "since_log_data_seconds"}
+        values = {renamed.get(key, key): value for key, value in saved.items()}
+        if "since_log_steps" not in values:  # then the log followed logging_steps alone
+            values["since_log_steps"] = values.get("step", 0) % logging_steps
+        values.get("since_log", {}).pop("time_up", None)
+        return cls(**{key: value for key, value in values.items() if key in cls.__dataclass_fields__})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The job
+
+
+def pretrain(config: PretrainConfig, *, callbacks: list[PretrainCallback] | None = None,
+             model_init=None) -> PretrainResult:
+    """The whole job; see the module docstring. ``callbacks``: :class:`~hfbert.pretrain.PretrainCallback` instances
+    told of the run's events (:mod:`~hfbert.pretrain.callbacks`); ``model_init(model_config)``: the model to train
+    instead of :class:`HfBertForPreTraining` (given the :class:`HfBertConfig` of the corpora's vocabulary, called
+    after the seed is set; it must take the batches and return the outputs the loop reads, as that class does).
+    Raises :class:`ConfigError` before any work for bad settings,
+    :class:`TrainingDivergedError` when the loss stops being finite, :class:`~hfbert.pretrain.checkpointing.
+    DiskFullError` when a checkpoint or the export does not fit on the disk."""
+    # The job's own schedule first, then the caller's callbacks (a wrong one fails before any work).
+    handler = CallbackHandler([DefaultSchedule(config.logging_steps, config.eval_steps, config.save_steps),
+                               *(callbacks or ())])
+    phases = resolve_phases(config, prepared_lengths(config))  # one prepared folder trains at its own length
+    accelerator = _make_accelerator(config)
+    start = preflight(config, accelerator)  # fresh, or the checkpoint to resume: the same on every process
+    _start_output_dir(config, accelerator, start)
+    lengths = [p.max_seq_length for p in phases]
+    origin = find_origin(config, accelerator, start.resuming, lengths)  # fresh, pretrained or resumed
+    data = load_training_data(config, accelerator, lengths, tokenizer=origin.tokenizer)
+    model = build_model(origin, config, data, model_init)
+    _record_settings(config, accelerator, start, origin)
+    optimizer, scheduler = _build_optimizer(config, model)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    # The schedule is stepped here once per optimizer step; accelerate's wrapper would step it once per process.
+    accelerator.register_for_checkpointing(scheduler)
+    state = _resume(start, config, accelerator, model, optimizer, scheduler) if start.resuming else LoopState()
+    accelerator.init_trackers("hfbert-pretrain", config=_tracker_config(config, data))
+    loop = _Loop(config, accelerator, model, optimizer, scheduler, data, phases, state, handler)
+    try:
+        stopped_by = loop.run()
+        logged = loop.evaluated_now()  # the loop has just logged this step's evaluation
+        metrics = {**loop.evaluation(), "step": state.step, "stopped_by": stopped_by,
+                   "train_seconds": round(state.train_seconds, 1), "tokens_seen": state.tokens_seen,
+                   "num_processes": accelerator.num_processes}
+        metrics.update({k: v for k, v in data.stats.items() if k.startswith("eval_") and "baseline" in k})
+        if "baselines_by_length" in data.stats:  # string keys, as metrics.json will hold them
+            metrics["baselines_by_length"] = {str(k): v for k, v in data.stats["baselines_by_length"].items()}
+        if not logged:
+            accelerator.log({k: v for k, v in metrics.items() if k.startswith("eval_")}, step=state.step)
+        handler("on_train_end", step=state.step, metrics=metrics, model=accelerator.unwrap_model(model))
+        result = PretrainResult(Path(config.output_dir), metrics)
+        write = lambda: export(config, accelerator.unwrap_model(model), data, metrics, phases,  # noqa: E731
+                               origin.record)
+        fill_mask = from_main(accelerator, write)  # every process stops with it on a full disk
+        if accelerator.is_main_process:
+            result.fill_mask = fill_mask
+    finally:
+        settle()  # gloo lets go of the last exchange's tensors before its process group goes
+        accelerator.end_training()
+    if config.push_to_hub and accelerator.is_main_process:
+        push(config)
+    return result
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -219,6 +288,23 @@ def _build_optimizer(config: PretrainConfig, model):
     return optimizer, linear_warmup_decay(optimizer, warmup, config.max_steps)
 
 
+def _resume(start: RunStart, config: PretrainConfig, accelerator, model, optimizer, scheduler) -> LoopState:
+    """Load the planned checkpoint on every process, apply the settings changed for recovery, and cut the log back
+    to its step (lines a killed run wrote after it); see :mod:`~hfbert.pretrain.recovery`."""
+    saved = resume_run(start, accelerator, model, optimizer, scheduler, log_path=Path(config.output_dir) / LOG_FILE)
+    state = LoopState.from_checkpoint(saved, config.logging_steps)
+    accelerator.print(f"resumed from {start.checkpoint} at step {state.step}")
+    return state
+
+
+def _tracker_config(config: PretrainConfig, data: TrainingData) -> dict[str, Any]:
+    """Settings and data statistics as flat scalars (TensorBoard's hparams accept nothing else)."""
+    flat = {}
+    for key, value in {**config.to_dict(), **{f"data_{k}": v for k, v in data.stats.items()}}.items():
+        flat[key] = value if isinstance(value, (int, float, str, bool)) or value is None else json.dumps(value)
+    return flat
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The loop
 
@@ -227,9 +313,9 @@ class _Loop:
     """Train from ``state.step`` to ``max_steps`` (or the time limit): log, evaluate, checkpoint."""
 
     def __init__(self, config, accelerator, model, optimizer, scheduler, data: TrainingData, phases,
-                 state: LoopState, callbacks: CallbackHandler | None = None):
+                 state: LoopState, callbacks: CallbackHandler):
         self.config, self.accelerator, self.model = config, accelerator, model
-        self.callbacks = callbacks or CallbackHandler()
+        self.callbacks = callbacks  # DefaultSchedule first
         self.optimizer, self.scheduler, self.data = optimizer, scheduler, data
         self.phases, self.state = phases, state
         world, seed = accelerator.num_processes, config.seed
@@ -242,7 +328,7 @@ class _Loop:
         self.pin_memory = accelerator.device.type == "cuda"
         self.read_ahead = ReadAhead(lambda key: self.micro_batch(phases[key[0]], key[1]),
                                     depth=READ_AHEAD_STEPS * config.gradient_accumulation_steps)
-        self.data_seconds = 0.0  # the mean wait for data per step in the last log window
+        self.data_seconds = 0.0  # the mean wait for data per step over the last log line's steps
         self.output_dir = Path(config.output_dir)
         self.last_saved = state.step
         self.clock = _Clock(state.train_seconds)
@@ -253,7 +339,8 @@ class _Loop:
         return next(p for p in self.phases if p.first_step <= step < p.first_step + p.steps)
 
     def run(self) -> str:
-        """Returns why training stopped: ``"max_steps"`` or ``"max_time"``."""
+        """Returns why training stopped: ``"max_steps"``, ``"max_time"`` or ``"callback"`` (a callback's
+        ``should_stop``)."""
         config, state = self.config, self.state
         bar = tqdm(total=config.max_steps, initial=state.step, desc="pretraining", dynamic_ncols=True,
                    disable=not (config.progress_bar and self.accelerator.is_local_main_process))
@@ -266,8 +353,8 @@ class _Loop:
         finally:
             self.read_ahead.close()
         bar.close()
-        if state.window["nsp_total"] > 0:  # the steps since the last log line
-            self.log_window()
+        if state.since_log_steps > 0:  # the steps since the last log line
+            self.log()
         if self.last_saved != state.step:
             self.checkpoint()
         return stop
@@ -280,19 +367,22 @@ class _Loop:
             state.step += 1
             state.tokens_seen += int(stats["tokens"])
             for key in _STATS:
-                state.window[key] += stats[key]
-            state.window_seconds += stats["seconds"]
-            state.window_data_seconds += stats["data_seconds"]
+                state.since_log[key] += stats[key]
+            state.since_log_steps += 1
+            state.since_log_seconds += stats["seconds"]
+            state.since_log_data_seconds += stats["data_seconds"]
             bar.update(1)
-            self.callbacks("on_step_end", step=state.step, model=self.accelerator.unwrap_model(self.model))
-            if state.step % config.logging_steps == 0:
-                bar.set_postfix(loss=f"{self.log_window():.3f}", data=f"{self.data_seconds:.3f}s")
-            if state.step % config.eval_steps == 0:
-                self.accelerator.log(self.evaluation(), step=state.step)
-            if state.step % config.save_steps == 0:
+            control = TrainingControl()  # what this step's callbacks ask for (DefaultSchedule first)
+            self.callbacks("on_step_end", step=state.step, model=self.accelerator.unwrap_model(self.model),
+                           control=control, time_up=stats["time_up"])
+            if control.should_log:
+                bar.set_postfix(loss=f"{self.log(control):.3f}", data=f"{self.data_seconds:.3f}s")
+            if control.should_evaluate:
+                self.accelerator.log(self.evaluation(control), step=state.step)
+            if control.should_save:
                 self.checkpoint()
-            if stats["time_up"] > 0 and state.step < config.max_steps:
-                stop = "max_time"
+            if control.should_stop and state.step < config.max_steps:
+                stop = "max_time" if stats["time_up"] else "callback"
                 break
         return stop
 
@@ -329,12 +419,13 @@ class _Loop:
             batches.append({name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()})
             counts.append({**host, "targets": host["targets"].to(device, non_blocking=True)})
             data_seconds += waited
-        # The step's supervised count, and which processes could not read their rows.
-        shared = torch.zeros(1 + accelerator.num_processes, dtype=torch.float64, device=device)
+        # The step's supervised count, whether any process is past the time limit, which could not read its rows.
+        shared = torch.zeros(2 + accelerator.num_processes, dtype=torch.float64, device=device)
         shared[0] = float(sum(c["supervised"] for c in counts))
-        shared[1 + accelerator.process_index] = float(failure is not None)
+        shared[1] = float(time_up)
+        shared[2 + accelerator.process_index] = float(failure is not None)
         shared = accelerator.reduce(shared, "sum")
-        failed = torch.nonzero(shared[1:]).flatten().tolist()
+        failed = torch.nonzero(shared[2:]).flatten().tolist()
         if failed:  # every process stops here; the first that failed says why
             if failure is not None and accelerator.process_index == failed[0]:
                 raise StepDataError(f"step {step + 1}: {failure}") from failure
@@ -348,9 +439,9 @@ class _Loop:
                 outputs = self.model(**batch, num_items_in_batch=num_items)  # MLM: token sum / num_items
                 accelerator.backward(outputs.mlm_loss + outputs.nsp_loss / accumulation)
             totals += _batch_stats(outputs, batch, num_items, counts[k])
-        totals[_STATS.index("time_up")] = float(time_up)
         totals = accelerator.reduce(totals, reduction="sum").cpu()  # the step's one wait for the device
-        stats = dict(zip(_STATS, totals.tolist()))
+        stats: dict[str, Any] = dict(zip(_STATS, totals.tolist()))
+        stats["time_up"] = bool(shared[1] > 0)  # read after the wait: it came with the first all-reduce
         loss = stats["mlm_loss_sum"] / max(stats["mlm_total"], 1.0) + stats["nsp_loss_sum"] / stats["nsp_total"]
         problem = self.watch.problem(loss)
         if problem is not None:
@@ -392,11 +483,10 @@ class _Loop:
 
         return TrainingDivergedError(from_main(self.accelerator, record), step=step)
 
-    def log_window(self) -> float:
+    def log(self, control: TrainingControl | None = None) -> float:
         """Log the averages over the steps since the last log line; returns the mean loss."""
         state = self.state
-        w = state.window
-        steps = (state.step - 1) % self.config.logging_steps + 1  # since the last log line
+        w, steps = state.since_log, state.since_log_steps
         mlm_loss, nsp_loss = w["mlm_loss_sum"] / max(w["mlm_total"], 1.0), w["nsp_loss_sum"] / max(w["nsp_total"], 1.0)
         values = {
             "loss": mlm_loss + nsp_loss,
@@ -405,9 +495,9 @@ class _Loop:
             "mlm_accuracy": w["mlm_correct"] / max(w["mlm_total"], 1.0),
             "nsp_accuracy": w["nsp_correct"] / max(w["nsp_total"], 1.0),
             "learning_rate": self.scheduler.get_last_lr()[0],
-            "tokens_per_second": w["tokens"] / max(state.window_seconds, 1e-9),
-            "step_seconds": state.window_seconds / steps,
-            "data_seconds": state.window_data_seconds / steps,  # of step_seconds, the wait for the step's data
+            "tokens_per_second": w["tokens"] / max(state.since_log_seconds, 1e-9),
+            "step_seconds": state.since_log_seconds / steps,
+            "data_seconds": state.since_log_data_seconds / steps,  # of step_seconds, the wait for the step's data
             "tokens_seen": state.tokens_seen,
             "max_seq_length": self.phase_at(state.step - 1).max_seq_length,
             "train_seconds": self.clock.total(),  # wall clock since the start, evaluations and checkpoints included
@@ -416,18 +506,22 @@ class _Loop:
             "open_files": sum(c.open_files for c in self.data.corpora.values()),
         }
         self.accelerator.log(values, step=state.step)
-        self.callbacks("on_log", step=state.step, logs=values)
+        self.callbacks("on_log", step=state.step, logs=values, control=control or TrainingControl())
         self.data_seconds = values["data_seconds"]
-        state.window, state.window_seconds, state.window_data_seconds = dict.fromkeys(_STATS, 0.0), 0.0, 0.0
+        state.since_log, state.since_log_steps = dict.fromkeys(_STATS, 0.0), 0
+        state.since_log_seconds = state.since_log_data_seconds = 0.0
         return values["loss"]
 
-    def evaluation(self) -> dict[str, float]:
+    def evaluation(self, control: TrainingControl | None = None) -> dict[str, float]:
         """The held-out metrics at the current step (computed once per step)."""
-        if self.last_evaluation[0] != self.state.step:
+        if not self.evaluated_now():
             self.last_evaluation = (self.state.step, self.evaluate())
             self.callbacks("on_evaluate", step=self.state.step, metrics=self.last_evaluation[1],
-                           model=self.accelerator.unwrap_model(self.model))
+                           model=self.accelerator.unwrap_model(self.model), control=control or TrainingControl())
         return self.last_evaluation[1]
+
+    def evaluated_now(self) -> bool:
+        return self.last_evaluation[0] == self.state.step
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -494,84 +588,12 @@ def _batch_stats(outputs, batch: dict[str, torch.Tensor], num_items=None, counts
         "nsp_loss_sum": outputs.nsp_loss.detach().double() * pairs,
         "mlm_correct": mlm_correct, "mlm_total": targets.numel(),
         "nsp_correct": nsp_correct, "nsp_total": pairs,
-        "tokens": tokens, "time_up": 0.0,
+        "tokens": tokens,
     }
     device = labels.device
     return torch.stack([value.to(torch.float64).reshape(()) if torch.is_tensor(value)
                         else torch.full((), float(value), dtype=torch.float64, device=device)
                         for value in (values[key] for key in _STATS)])
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The job
-
-
-def _resume(start: RunStart, config: PretrainConfig, accelerator, model, optimizer, scheduler) -> LoopState:
-    """Load the planned checkpoint on every process, apply the settings changed for recovery, and cut the log back
-    to its step (lines a killed run wrote after it); see :mod:`~hfbert.pretrain.recovery`."""
-    saved = resume_run(start, accelerator, model, optimizer, scheduler, log_path=Path(config.output_dir) / LOG_FILE)
-    state = LoopState(**{k: v for k, v in saved.items() if k in LoopState.__dataclass_fields__})
-    accelerator.print(f"resumed from {start.checkpoint} at step {state.step}")
-    return state
-
-
-def _tracker_config(config: PretrainConfig, data: TrainingData) -> dict[str, Any]:
-    """Settings and data statistics as flat scalars (TensorBoard's hparams accept nothing else)."""
-    flat = {}
-    for key, value in {**config.to_dict(), **{f"data_{k}": v for k, v in data.stats.items()}}.items():
-        flat[key] = value if isinstance(value, (int, float, str, bool)) or value is None else json.dumps(value)
-    return flat
-
-
-def pretrain(config: PretrainConfig, *, callbacks: list[PretrainCallback] | None = None,
-             model_init=None) -> PretrainResult:
-    """The whole job; see the module docstring. ``callbacks``: :class:`~hfbert.pretrain.PretrainCallback` instances
-    told of the run's events (:mod:`~hfbert.pretrain.callbacks`); ``model_init(model_config)``: the model to train
-    instead of :class:`HfBertForPreTraining` (given the :class:`HfBertConfig` of the corpora's vocabulary, called
-    after the seed is set; it must take the batches and return the outputs the loop reads, as that class does).
-    Raises :class:`ConfigError` before any work for bad settings,
-    :class:`TrainingDivergedError` when the loss stops being finite, :class:`~hfbert.pretrain.checkpointing.
-    DiskFullError` when a checkpoint or the export does not fit on the disk."""
-    handler = CallbackHandler(callbacks or ())  # a wrong callback fails before any work
-    phases = resolve_phases(config, prepared_lengths(config))  # one prepared folder trains at its own length
-    accelerator = _make_accelerator(config)
-    start = preflight(config, accelerator)  # fresh, or the checkpoint to resume: the same on every process
-    _start_output_dir(config, accelerator, start)
-    lengths = [p.max_seq_length for p in phases]
-    origin = find_origin(config, accelerator, start.resuming, lengths)  # fresh, pretrained or resumed
-    data = load_training_data(config, accelerator, lengths, tokenizer=origin.tokenizer)
-    model = build_model(origin, config, data, model_init)
-    _record_settings(config, accelerator, start, origin)
-    optimizer, scheduler = _build_optimizer(config, model)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    # The schedule is stepped here once per optimizer step; accelerate's wrapper would step it once per process.
-    accelerator.register_for_checkpointing(scheduler)
-    state = _resume(start, config, accelerator, model, optimizer, scheduler) if start.resuming else LoopState()
-    accelerator.init_trackers("hfbert-pretrain", config=_tracker_config(config, data))
-    loop = _Loop(config, accelerator, model, optimizer, scheduler, data, phases, state, handler)
-    try:
-        stopped_by = loop.run()
-        metrics = {**loop.evaluation(), "step": state.step, "stopped_by": stopped_by,
-                   "train_seconds": round(state.train_seconds, 1), "tokens_seen": state.tokens_seen,
-                   "num_processes": accelerator.num_processes}
-        metrics.update({k: v for k, v in data.stats.items() if k.startswith("eval_") and "baseline" in k})
-        if "baselines_by_length" in data.stats:  # string keys, as metrics.json will hold them
-            metrics["baselines_by_length"] = {str(k): v for k, v in data.stats["baselines_by_length"].items()}
-        if state.step % config.eval_steps != 0:  # else the loop has just logged this evaluation
-            accelerator.log({k: v for k, v in metrics.items() if k.startswith("eval_")}, step=state.step)
-        handler("on_train_end", step=state.step, metrics=metrics, model=accelerator.unwrap_model(model))
-        result = PretrainResult(Path(config.output_dir), metrics)
-        write = lambda: export(config, accelerator.unwrap_model(model), data, metrics, phases,  # noqa: E731
-                               origin.record)
-        fill_mask = from_main(accelerator, write)  # every process stops with it on a full disk
-        if accelerator.is_main_process:
-            result.fill_mask = fill_mask
-    finally:
-        settle()  # gloo lets go of the last exchange's tensors before its process group goes
-        accelerator.end_training()
-    if config.push_to_hub and accelerator.is_main_process:
-        push(config)
-    return result
 
 
 # ----------------------------------------------------------------------------------------------------------------
