@@ -505,10 +505,13 @@ class HfBertModel(HfBertPreTrainedModel):
         inputs_embeds: torch.FloatTensor | None = None,
         *,
         padding_free: bool | None = None,
+        packed_rows: PackedRows | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         r"""``attention_mask`` (B, T): 1 = token, 0 = padding. ``padding_free`` (None: ``config.padding_free``): run
-        the encoder on the real tokens only; ``last_hidden_state`` is then 0 at padding positions.
+        the encoder on the real tokens only; ``last_hidden_state`` is then 0 at padding positions. ``packed_rows``:
+        where those tokens are, when the caller knows (``PackedRows.from_lengths``, on the host); else they are
+        found in ``attention_mask``.
         ``output_hidden_states`` / ``output_attentions`` (keywords, default: the config's) are recorded by
         ``capture_outputs`` from the layers; they are the tensors the layers computed with (gradients reach them)."""
         _check_inputs(self.config, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids)
@@ -526,7 +529,7 @@ class HfBertModel(HfBertPreTrainedModel):
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask)
         packed = None
         if padding_free and not (output_attentions or output_hidden_states):  # those return every (B, T) position
-            packed = PackedRows.from_mask(attention_mask)
+            packed = packed_rows if packed_rows is not None else PackedRows.from_mask(attention_mask)
         hidden_states = embeddings if packed is None else packed.pack(embeddings)  # (B, T, D) or (R', D)
         encoded = self.encoder(hidden_states, mask, packed, **kwargs)
         sequence_output = encoded.last_hidden_state
@@ -570,13 +573,16 @@ class HfBertForPreTraining(HfBertPreTrainedModel):
         inputs_embeds=None,
         labels: torch.LongTensor | None = None,
         next_sentence_label: torch.LongTensor | None = None,
+        packed_rows: PackedRows | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> HfBertForPreTrainingOutput:
         r"""``labels`` (B, T): the original token at supervised positions, -100 elsewhere. ``next_sentence_label``
-        (B,): 0 when B is the actual next segment, 1 when it is random."""
+        (B,): 0 when B is the actual next segment, 1 when it is random. ``packed_rows``: where the real tokens are
+        (``PackedRows.from_lengths``), from a caller whose labels are on real tokens only (the pretraining collator)."""
+        padding_free = True if packed_rows is not None else _padding_unread(labels, attention_mask)
         outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                            position_ids=position_ids, inputs_embeds=inputs_embeds,
-                            padding_free=_padding_unread(labels, attention_mask), **kwargs)
+                            position_ids=position_ids, inputs_embeds=inputs_embeds, padding_free=padding_free,
+                            packed_rows=packed_rows, **kwargs)
         sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
         nsp_logits = self.cls.seq_relationship(pooled_output)  # (B, 2)
         mlm_loss = nsp_loss = loss = None

@@ -10,6 +10,10 @@ and sdpa back as (B, N, T, H) with zeros at the padding positions, which the pad
 again: eager because it returns (B, N, T, T) probabilities, sdpa because transformers' sdpa function takes dense
 tensors only. The re-padding is three scatters and a gather per layer, forward and backward.
 
+Where the rows sit is known on the host when a batch is made from its sequences' lengths: :meth:`PackedRows.
+from_lengths` computes the packing there, and the model takes it as ``packed_rows``, so that the device is not asked
+(and waited for) to find it again in the mask, as :meth:`PackedRows.from_mask` does for a batch that comes without.
+
 The number of rows is rounded up to one of a few sizes (at most 1/8 more rows, :func:`bucket`) by adding padding
 positions as rows: their rows are computed like any padding position, hidden from attention as keys (for
 FlashAttention they form a sequence of their own), and never returned. Without that, every batch has a new row
@@ -20,7 +24,8 @@ This file travels to the Hub as remote code with ``modeling_hfbert.py``: it impo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import torch
@@ -120,6 +125,32 @@ class PackedRows:
             length=real.shape[1],
             real=count,
         )
+
+    @classmethod
+    def from_lengths(cls, lengths: Sequence[int] | torch.Tensor, length: int) -> PackedRows | None:
+        """The packing of a right-padded (B, ``length``) batch whose sequences hold ``lengths`` tokens: what
+        :meth:`from_mask` finds in its mask, computed on the host (move it with :meth:`to`). A batch without
+        padding is packed too (its rows are the whole batch), so that a model given it need not look at the mask;
+        None only where packing cannot reproduce the padded computation (an empty sequence)."""
+        lengths = torch.as_tensor(lengths, dtype=torch.int64, device="cpu")
+        if lengths.numel() and int(lengths.max()) > length:
+            raise ValueError(f"a sequence of {int(lengths.max())} tokens does not fit a batch of width {length}")
+        if lengths.numel() == 0 or int(lengths.min()) < 1:
+            return None
+        rows = len(lengths) * length
+        if int(lengths.sum()) == rows:  # no padding
+            ends = torch.arange(1, len(lengths) + 1, dtype=torch.int32) * length
+            return cls(indices=torch.arange(rows), cu_seqlens=F.pad(torch.cat([ends, ends[-1:]]), (1, 0)),
+                       max_seqlen=length, batch=len(lengths), length=length, real=rows)
+        return cls.from_mask(torch.arange(length) < lengths[:, None])
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> PackedRows:
+        """The same packing with its index tensors on ``device``."""
+        return replace(self, indices=self.indices.to(device, non_blocking=non_blocking),
+                       cu_seqlens=self.cu_seqlens.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> PackedRows:
+        return replace(self, indices=self.indices.pin_memory(), cu_seqlens=self.cu_seqlens.pin_memory())
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (R', ...)."""

@@ -285,6 +285,45 @@ def test_packed_row_counts_come_in_a_few_sizes_and_the_extra_rows_change_nothing
     assert (out.last_hidden_state[inputs["attention_mask"] == 0] == 0).all()  # no rounding row is returned
 
 
+def test_packing_from_the_lengths_on_the_host_is_the_packing_the_mask_gives(monkeypatch):
+    """What a collator knows (each row's length) gives the packing the model would find in the mask, and the
+    model given it computes bitwise what it computes without, never looking at the mask for it."""
+    g = torch.Generator().manual_seed(1)
+    for _ in range(100):
+        batch, length = int(torch.randint(1, 9, (1,), generator=g)), int(torch.randint(2, 80, (1,), generator=g))
+        lengths = torch.randint(1, length + 1, (batch,), generator=g)
+        found = unpadding_hfbert.PackedRows.from_mask((torch.arange(length) < lengths[:, None]).long())
+        given = unpadding_hfbert.PackedRows.from_lengths(lengths.tolist(), length)
+        if found is None:  # no padding: the model runs padded, or on the whole batch as its rows
+            assert int(lengths.sum()) == batch * length and torch.equal(given.indices, torch.arange(batch * length))
+            assert given.cu_seqlens.tolist() == [k * length for k in range(batch + 1)] + [batch * length]
+        else:
+            assert torch.equal(found.indices, given.indices) and torch.equal(found.cu_seqlens, given.cu_seqlens)
+            assert (found.max_seqlen, found.real, found.batch) == (given.max_seqlen, given.real, given.batch)
+    with pytest.raises(ValueError, match="a sequence of 9 tokens does not fit a batch of width 8"):
+        unpadding_hfbert.PackedRows.from_lengths([9, 3], 8)
+    assert unpadding_hfbert.PackedRows.from_lengths([0, 3], 8) is None  # [CLS] of the first row would be missing
+    model = HfBertForPreTraining(HfBertConfig(**TINY)).train()
+    inputs, labels = padded_batch(HfBertForPreTraining)
+    nsp = torch.tensor([0, 1, 0, 1])
+    given = unpadding_hfbert.PackedRows.from_lengths(inputs["attention_mask"].sum(1), LENGTH)
+    torch.manual_seed(0)
+    found_out = model(**inputs, labels=labels, next_sentence_label=nsp)
+    looked = []
+    monkeypatch.setattr(unpadding_hfbert.PackedRows, "from_mask", classmethod(lambda cls, mask: looked.append(1)))
+    torch.manual_seed(0)
+    given_out = model(**inputs, labels=labels, next_sentence_label=nsp, packed_rows=given)
+    assert not looked
+    assert torch.equal(found_out.loss, given_out.loss)
+    assert torch.equal(found_out.prediction_logits, given_out.prediction_logits)
+    full = {**inputs, "attention_mask": torch.ones_like(inputs["attention_mask"])}
+    whole = unpadding_hfbert.PackedRows.from_lengths([LENGTH] * BATCH, LENGTH)
+    monkeypatch.undo()
+    padded = model(**full, labels=labels, next_sentence_label=nsp)  # nothing to skip: runs padded
+    as_rows = model(**full, labels=labels, next_sentence_label=nsp, packed_rows=whole)
+    torch.testing.assert_close(padded.loss, as_rows.loss, atol=1e-6, rtol=1e-5)
+
+
 def test_packed_rows_reach_flex_attention_as_one_sequence_with_a_document_mask(monkeypatch):
     """flex attention takes the packed rows as they are, with a mask that lets a row see its own sequence only; the
     outputs equal the padded computation's. This is the GPU's path: torch's compiled CPU flex kernel cannot be built

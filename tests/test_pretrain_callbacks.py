@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 
 import pytest
 
@@ -158,3 +159,27 @@ def test_a_checkpoint_written_before_the_log_sums_were_renamed_resumes_its_sums(
     assert state.since_log == sums and state.since_log_steps == 2
     assert (state.since_log_seconds, state.since_log_data_seconds, state.tokens_seen) == (1.5, 0.5, 90)
 
+
+def test_a_training_step_packs_its_rows_without_looking_at_the_mask_on_the_device(folder, tmp_path, monkeypatch):
+    """Where a micro-batch's real tokens sit is found on the host when the batch is read (in the read-ahead
+    thread), from the rows' lengths; the training thread never searches a mask for it (a host sync on a GPU)."""
+    from hfbert import unpadding_hfbert
+
+    rows, calls = unpadding_hfbert.PackedRows, []
+    for name in ("from_mask", "from_lengths"):
+        def recorded(cls, *args, _name=name, _original=getattr(rows, name).__func__):
+            calls.append((_name, threading.current_thread().name))
+            return _original(cls, *args)
+
+        monkeypatch.setattr(rows, name, classmethod(recorded))
+
+    class Watch(PretrainCallback):
+        during = None
+
+        def on_step_end(self, step, model, **kwargs):
+            self.during = list(calls)  # the evaluations come after the last step's end
+
+    watch = Watch()
+    pretrain(job(folder, tmp_path / "run", eval_steps=100), callbacks=[watch])
+    assert sum(name == "from_lengths" for name, _ in watch.during) >= 6  # every micro-batch read so far
+    assert {thread for _, thread in watch.during} == {"hfbert-read-ahead_0"}, watch.during

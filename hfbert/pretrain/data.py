@@ -43,6 +43,7 @@ from ..data.masking import RowStreams, splitmix64
 from ..data.settings import ExampleSettings
 from ..data.shards import ROW_GROUP_SIZE
 from ..data.sources import BUILTIN_CORPUS, load_dataset_split
+from ..unpadding_hfbert import PackedRows
 from .config import ConfigError, PretrainConfig
 
 __all__ = [
@@ -461,16 +462,20 @@ def training_batch(corpus: PreparedCorpus, collator: DataCollatorForBertPretrain
                    rank: int, pin_memory: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Process ``rank``'s share of micro-batch ``micro``: its rows gathered into arrays and collated (masks from a
     keys of :meth:`BatchPlan.mask_streams`, torch's RNG untouched, so this can run in another thread),
-    and what the loop counts on the host instead of asking the device: the supervised labels in row-major order
-    (``targets``), their number (``supervised``) and the real tokens (``tokens``)."""
+    and what the loop knows on the host instead of asking the device: the supervised labels in row-major order
+    (``targets``), their number (``supervised``), the real tokens (``tokens``) and where they sit (``packed``, the
+    model's ``packed_rows``; None when the batch has no padding)."""
     arrays = corpus.read_arrays("train", plan.rows(micro, rank), {"input_ids": collator.pad_token_id})
     batch = collator.collate_arrays(arrays, plan.mask_streams(micro, rank))
     labels = batch["labels"]
-    counts = {"targets": labels[labels != IGNORE_INDEX], "tokens": int(arrays["input_ids_length"].sum())}
+    lengths = arrays["input_ids_length"]
+    counts = {"targets": labels[labels != IGNORE_INDEX], "tokens": int(lengths.sum()),
+              "packed": PackedRows.from_lengths(torch.from_numpy(np.asarray(lengths)), labels.shape[1])}
     counts["supervised"] = int(counts["targets"].numel())
     if pin_memory:  # page-locked, so the copy to the GPU can overlap the step before it
         batch = {name: tensor.pin_memory() for name, tensor in batch.items()}
         counts["targets"] = counts["targets"].pin_memory()
+        counts["packed"] = counts["packed"] and counts["packed"].pin_memory()
     return batch, counts
 
 
