@@ -14,24 +14,8 @@ Vocabulary layout (fixed, whatever ``num_unused`` is)::
 This is transformers' own ``BertTokenizer()`` default layout; it differs from Google's released vocabularies
 ([PAD], [unused0..98], [UNK]=100, [CLS]=101, ...), which :func:`bert_tokenizer_from_vocab` loads unchanged.
 
-Where the stock `tokenizers` BERT pipeline differs from Google's published algorithm, the pipeline built
-here follows Google:
-
-* ``max_input_chars_per_word`` defaults to 200 (Google) instead of 100 (`tokenizers`).
-* Text cleaning drops only NUL, U+FFFD and Unicode Cc/Cf characters (Google); `tokenizers`' BertNormalizer
-  also drops private-use (Co) and unassigned (Cn) code points, which Google keeps (and maps to [UNK]).
-* Lower-casing applies the Greek final-sigma rule as Python's ``str.lower`` does (ΟΔΟΣ -> οδος);
-  `tokenizers` lower-cases character by character (-> οδοσ).
-* CJK Extension E (U+2B820..U+2B91F) is split character by character as in Google's ranges; `tokenizers`
-  starts that range at U+2B920.
-* Punctuation splitting and accent stripping use current Unicode classes (P*, Mn) through Oniguruma
-  regexes; `tokenizers`' own tables are several Unicode versions old (e.g. U+2E52 is not split there).
-
-Remaining, deliberate differences: special tokens written in the raw text ("[MASK]") are kept whole, as
-everywhere in transformers (Google splits them into "[", "mask", "]"); the final-sigma rule does not look
-back across case-ignorable characters (Python turns "Α'Σ" into "α'ς", this pipeline into "α'σ"); and
-characters assigned or re-classified after the Unicode version of the running Python can be classed
-differently (Oniguruma's and Rust's tables are newer than Python 3.11's Unicode 14).
+The text pipeline follows Google's BasicTokenizer where the stock `tokenizers` BERT pipeline does not
+(:mod:`hfbert.wordpiece` lists the differences).
 
 Reproducibility: training is deterministic.  The same corpus (its texts in any order) and settings give the same
 vocabulary, entry for entry, in every process, with any number of `tokenizers` threads.  Sub-words are learned as
