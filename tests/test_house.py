@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import hfbert.metrics
 from hfbert import cli
 from hfbert.arguments import CommandParser, UsageError, run_command
 from hfbert.modelcard import CARD_SETTINGS, TEMPLATE_DIR, render_model_card, template_path
@@ -309,12 +310,13 @@ def installed(tmp_path_factory):
     return venv, wheel, env
 
 
-def test_the_wheel_ships_the_templates_and_the_corpus(installed):
+def test_the_wheel_ships_the_templates_the_corpus_and_the_metrics(installed):
     venv, wheel, _ = installed
     names = set(subprocess.run([sys.executable, "-m", "zipfile", "-l", str(wheel)], capture_output=True, text=True,
                                check=True).stdout.split())
     assert {"hfbert/model_cards/finetuned.md", "hfbert/model_cards/pretrained.md",
             "hfbert/corpora/en_austen_6novels.txt.gz"} <= names
+    assert {f"hfbert/metrics/{name}/{name}.py" for name in hfbert.metrics.NAMES} <= names  # evaluate.load reads them
 
 
 def test_every_command_runs_from_the_installed_wheel(installed, tmp_path):

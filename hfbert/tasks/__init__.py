@@ -12,6 +12,7 @@ from .classification import (
     check_columns,
     classification_metrics,
     encode_labels,
+    metric_inputs,
     metrics_for_trainer,
 )
 from .loading import MODEL_FAMILIES, TASK_CLASSES, load_data, load_model, load_tokenizer
@@ -48,7 +49,7 @@ __all__ = [
     "best_null_threshold", "best_spans", "build_label_list", "build_label_maps", "check_answer_offsets",
     "check_columns", "classification_metrics", "count_windows", "encode_labels", "encode_sentences", "encode_tags",
     "entity_scores", "exact_match", "f1", "load_data", "load_model", "load_peoples_daily", "load_qa_file", "load_squad_json",
-    "load_tokenizer", "merge_word_predictions", "metrics_for_trainer", "metrics_table", "normalize_answer",
+    "load_tokenizer", "merge_word_predictions", "metric_inputs", "metrics_for_trainer", "metrics_table", "normalize_answer",
     "pool", "postprocess_qa_predictions", "prepare_qa_features", "register_pipelines", "render_model_card",
     "special_tokens_mask", "squad_evaluate", "synthetic_squad_from_entities", "tokenize_and_align_labels",
     "write_model_card",

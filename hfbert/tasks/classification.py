@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..metrics import shared
+
 PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
 
 
@@ -78,51 +80,57 @@ def encode_labels(
     return out
 
 
+def metric_inputs(predictions: np.ndarray, labels: np.ndarray, problem_type: str) -> dict:
+    """Logits and labels -> a metric's ``predictions``/``references``: class ids (argmax), 0/1 label vectors
+    (sigmoid > 0.5) or values (regression)."""
+    if problem_type not in PROBLEM_TYPES:
+        raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {problem_type!r}")
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    if len(predictions) != len(labels):
+        raise ValueError(f"{len(predictions)} predictions but {len(labels)} labels")
+    if problem_type == "regression":
+        return {"predictions": predictions.reshape(-1), "references": labels.reshape(-1).astype(float)}
+    if problem_type == "multi_label_classification":
+        return {"predictions": (predictions > 0).astype(int), "references": labels.astype(int)}
+    return {"predictions": predictions.argmax(-1), "references": labels}
+
+
 def classification_metrics(predictions: np.ndarray, labels: np.ndarray, problem_type: str) -> dict[str, float]:
     """Accuracy, F1, MCC (classification); Pearson, Spearman, MSE (regression); micro-F1 (multi-label).
 
     ``predictions`` are the model's logits. Binary F1 is the F1 of class 1; with more classes it is the
-    macro average (GLUE reports binary F1 for MRPC/QQP and MCC for CoLA).
+    macro average (GLUE reports binary F1 for MRPC/QQP and MCC for CoLA). Scored by the ``hfbert.metrics``
+    modules ``classification`` (config ``multilabel`` for multi-label) and ``regression``.
     """
-    # scipy and scikit-learn are the optional `metrics` extra: only scoring needs them, not training or inference.
-    from scipy.stats import pearsonr, spearmanr
-    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
-
-    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    inputs = metric_inputs(predictions, labels, problem_type)
     if problem_type == "regression":
-        pred = predictions.reshape(-1)
-        gold = labels.reshape(-1).astype(float)
-        return {
-            "pearson": float(pearsonr(pred, gold)[0]),
-            "spearman": float(spearmanr(pred, gold)[0]),
-            "mse": float(np.mean((pred - gold) ** 2)),
-        }
+        return shared("regression").compute(**inputs)
     if problem_type == "multi_label_classification":
-        pred = (predictions > 0).astype(int)  # sigmoid(logit) > 0.5
-        gold = labels.astype(int)
-        return {
-            "f1_micro": float(f1_score(gold, pred, average="micro", zero_division=0)),
-            "f1_macro": float(f1_score(gold, pred, average="macro", zero_division=0)),
-            "subset_accuracy": float(accuracy_score(gold, pred)),
-        }
-    if problem_type != "single_label_classification":
-        raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {problem_type!r}")
-    pred = predictions.argmax(-1)
-    average = "binary" if predictions.shape[-1] == 2 else "macro"
-    return {
-        "accuracy": float(accuracy_score(labels, pred)),
-        "f1": float(f1_score(labels, pred, average=average, zero_division=0)),
-        "mcc": float(matthews_corrcoef(labels, pred)),
-    }
+        return shared("classification", "multilabel").compute(**inputs)
+    average = "binary" if np.asarray(predictions).shape[-1] == 2 else "macro"
+    return shared("classification").compute(**inputs, average=average)
 
 
-def metrics_for_trainer(problem_type: str):
-    """A ``compute_metrics`` callable for ``transformers.Trainer``."""
+def metrics_for_trainer(problem_type: str, metric=None):
+    """A ``compute_metrics`` callable for ``transformers.Trainer``.
+
+    ``metric``: by default hfbert's own modules (:func:`classification_metrics`). Otherwise a metric name or
+    path for ``evaluate.load`` (e.g. a Hub metric), or a loaded module or ``evaluate.combine(...)``; it is given
+    the :func:`metric_inputs` of the evaluation (class ids, 0/1 vectors or values).
+    """
     if problem_type not in PROBLEM_TYPES:
         raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {problem_type!r}")
+    if isinstance(metric, str):
+        import evaluate
+
+        metric = evaluate.load(metric)
+    if metric is not None and not callable(getattr(metric, "compute", None)):
+        raise TypeError(f"metric must be a name or an evaluate module with .compute, got {type(metric).__name__}")
 
     def compute_metrics(eval_pred) -> dict[str, float]:
         logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
-        return classification_metrics(logits, eval_pred.label_ids, problem_type)
+        if metric is None:
+            return classification_metrics(logits, eval_pred.label_ids, problem_type)
+        return metric.compute(**metric_inputs(logits, eval_pred.label_ids, problem_type))
 
     return compute_metrics

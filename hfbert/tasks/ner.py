@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..metrics import shared
+
 
 def build_label_list(tag_sequences: Sequence[Sequence[str]]) -> list[str]:
     """Sorted label inventory with "O" first, so ids are stable across runs and machines."""
@@ -139,25 +141,23 @@ def merge_word_predictions(
     return [[default_label if s is None else s[1] for s in row] for row in best], missing
 
 
-def entity_scores(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]]) -> dict[str, float]:
-    """Entity-level micro precision/recall/F1 (seqeval), token accuracy and per-type F1."""
-    from seqeval.metrics import accuracy_score, classification_report  # the optional `metrics` extra: scoring only
+def entity_scores(
+    true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]], metric=None
+) -> dict[str, float]:
+    """Entity-level micro precision/recall/F1 (seqeval), token accuracy and per-type F1.
 
+    Scored by the ``hfbert.metrics`` module ``entities``, or by ``metric``: a name or path for ``evaluate.load``
+    (e.g. the Hub's ``seqeval``) or a loaded module, whose result is returned as it is.
+    """
     if len(true_tags) != len(pred_tags) or any(len(a) != len(b) for a, b in zip(true_tags, pred_tags)):
         raise ValueError("true and predicted tag sequences differ in number or length")
-    report = classification_report(
-        [list(t) for t in true_tags], [list(p) for p in pred_tags], output_dict=True, zero_division=0
-    )
-    scores = {
-        "precision": report["micro avg"]["precision"],
-        "recall": report["micro avg"]["recall"],
-        "f1": report["micro avg"]["f1-score"],
-        "accuracy": accuracy_score([list(t) for t in true_tags], [list(p) for p in pred_tags]),
-    }
-    for name, row in report.items():
-        if name not in ("micro avg", "macro avg", "weighted avg"):
-            scores[f"{name}_f1"] = row["f1-score"]
-    return {k: float(v) for k, v in scores.items()}
+    if metric is None:
+        metric = shared("entities")
+    elif isinstance(metric, str):
+        import evaluate
+
+        metric = evaluate.load(metric)
+    return metric.compute(predictions=[list(p) for p in pred_tags], references=[list(t) for t in true_tags])
 
 
 # ------------------------------------------------------------------------ People's Daily (Chinese NER)

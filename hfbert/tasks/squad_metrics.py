@@ -1,7 +1,9 @@
 """SQuAD exact-match / F1 and the SQuAD 2.0 null-threshold search.
 
-transformers 5 no longer ships the SQuAD metric and ``evaluate.load("squad")`` needs the Hub, so the
-scoring lives here. It follows the official SQuAD v1.1 / v2.0 evaluation scripts:
+transformers 5 no longer ships the SQuAD metric and ``evaluate.load("squad")`` needs the Hub, so hfbert has
+its own: the per-answer scoring lives here, the totals and the threshold search in the ``hfbert.metrics``
+modules ``squad`` and ``squad_v2``, which :func:`squad_evaluate` and :func:`best_null_threshold` call. It
+follows the official SQuAD v1.1 / v2.0 evaluation scripts:
 
 * answers are normalised (lower case, punctuation and the articles a/an/the removed, whitespace collapsed);
 * EM is 1 when the normalised prediction equals any normalised gold answer, F1 is the bag-of-tokens F1
@@ -20,6 +22,8 @@ import string
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
+
+from ..metrics import shared
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 # CJK punctuation is not in string.punctuation; treat every Unicode "P*" character as punctuation.
@@ -97,6 +101,56 @@ def score_question(prediction: str, answers: Sequence[str] | str) -> tuple[float
     return max(exact_match(prediction, g) for g in golds), max(f1(prediction, g) for g in golds)
 
 
+def squad_features(no_answer_probability: bool = False):
+    """The ``evaluate`` features of SQuAD predictions (``id``, ``prediction_text`` and, for SQuAD 2.0, a float64
+    ``no_answer_probability``) and references (``id``, ``answers``), the SQuAD datasets' format."""
+    import datasets
+
+    prediction = {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")}
+    if no_answer_probability:
+        prediction["no_answer_probability"] = datasets.Value("float64")
+    answers = datasets.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")})
+    return datasets.Features({"predictions": prediction, "references": {"id": datasets.Value("string"), "answers": answers}})
+
+
+def questions_by_id(
+    predictions: Sequence[Mapping], references: Sequence[Mapping]
+) -> tuple[dict[str, Mapping], dict[str, list[str]]]:
+    """Pair ``evaluate``-style SQuAD inputs by question id: ``(prediction per id, gold texts per id)``.
+
+    ``predictions`` hold ``id`` and ``prediction_text``; ``references`` hold ``id`` and
+    ``answers={"text": [...], ...}``, as in the SQuAD datasets. Every reference needs exactly one prediction.
+    """
+    golds: dict[str, list[str]] = {}
+    for ref in references:
+        if ref["id"] in golds:
+            raise ValueError(f"question id {ref['id']!r} appears twice in the references")
+        golds[ref["id"]] = list(ref["answers"]["text"])
+    preds: dict[str, Mapping] = {}
+    for pred in predictions:
+        if pred["id"] in preds:
+            raise ValueError(f"question id {pred['id']!r} appears twice in the predictions")
+        preds[pred["id"]] = pred
+    unknown = sorted(set(preds) - set(golds))
+    if unknown:
+        raise ValueError(f"{len(unknown)} predictions have ids that are not in the references, e.g. {unknown[:3]}")
+    return preds, golds
+
+
+_MISSING = "\0missing"  # a prediction text that matches no answer, not even the empty one
+
+
+def _squad_v2_inputs(
+    texts: Mapping[str, str], no_answer: Mapping[str, float], references: Mapping[str, Sequence[str] | str]
+) -> dict[str, list[dict]]:
+    preds, refs = [], []
+    for qid, answers in references.items():
+        golds = [answers] if isinstance(answers, str) else list(answers)
+        refs.append({"id": qid, "answers": {"text": golds, "answer_start": [-1] * len(golds)}})
+        preds.append({"id": qid, "prediction_text": texts[qid], "no_answer_probability": float(no_answer[qid])})
+    return {"predictions": preds, "references": refs}
+
+
 def squad_evaluate(
     predictions: Mapping[str, str], references: Mapping[str, Sequence[str] | str]
 ) -> dict[str, float]:
@@ -104,34 +158,18 @@ def squad_evaluate(
 
     ``references`` maps question id -> list of gold answer texts (empty list = unanswerable). A question
     without a prediction scores 0 and is counted in ``missing`` rather than raising, as the official
-    script does, so a partial run is still scored honestly.
+    script does, so a partial run is still scored honestly. Scored by the ``hfbert.metrics`` module ``squad_v2``.
     """
     if not references:
         raise ValueError("references is empty: nothing to score")
     unknown = sorted(set(predictions) - set(references))
     if unknown:
         raise ValueError(f"{len(unknown)} predictions have ids that are not in the references, e.g. {unknown[:3]}")
-    em, f1s, has_ans = {}, {}, {}
-    for qid, answers in references.items():
-        has_ans[qid] = _gold_list(answers) != [""]
-        em[qid], f1s[qid] = score_question(predictions.get(qid, "\0missing"), answers)
-    result = _aggregate(em, f1s, list(references))
+    texts = {qid: predictions.get(qid, _MISSING) for qid in references}
+    result = shared("squad_v2").compute(**_squad_v2_inputs(texts, dict.fromkeys(references, 0.0), references))
+    result = {k: v for k, v in result.items() if not k.startswith("best_")}
     result["missing"] = float(len(set(references) - set(predictions)))
-    for name, wanted in (("HasAns", True), ("NoAns", False)):
-        ids = [q for q in references if has_ans[q] == wanted]
-        if ids and len(ids) < len(references):
-            for key, value in _aggregate(em, f1s, ids).items():
-                result[f"{name}_{key}"] = value
     return result
-
-
-def _aggregate(em: Mapping[str, float], f1s: Mapping[str, float], ids: list[str]) -> dict[str, float]:
-    n = len(ids)
-    return {
-        "exact_match": 100.0 * sum(em[q] for q in ids) / n,
-        "f1": 100.0 * sum(f1s[q] for q in ids) / n,
-        "total": float(n),
-    }
 
 
 def best_null_threshold(
@@ -143,26 +181,16 @@ def best_null_threshold(
     """Search the SQuAD 2.0 threshold on a dev set: answer iff ``null_score - best_span_score <= threshold``.
 
     Every distinct score difference is a candidate (plus "never answer"); the one that maximises the total
-    ``metric`` ("f1" or "exact_match") wins. Returns ``(threshold, score_in_percent)``. Sorting once and
-    sweeping keeps this O(n log n).
+    ``metric`` ("f1" or "exact_match") wins. Returns ``(threshold, score_in_percent)``. The search is the
+    ``hfbert.metrics`` module ``squad_v2``'s, given the best non-null answers and the differences.
     """
     if metric not in ("f1", "exact_match"):
         raise ValueError(f"metric must be 'f1' or 'exact_match', got {metric!r}")
+    if not references:
+        raise ValueError("references is empty: nothing to score")
     missing = sorted(set(references) - set(null_score_diffs))
     if missing:
         raise ValueError(f"{len(missing)} reference ids have no null-score difference, e.g. {missing[:3]}")
-    index = 1 if metric == "f1" else 0
-    gain = {}  # how much answering (instead of abstaining) changes the score of each question
-    score = 0.0
-    for qid, answers in references.items():
-        null_score = score_question("", answers)[index]
-        gain[qid] = score_question(best_answers.get(qid, ""), answers)[index] - null_score
-        score += null_score
-    ordered = sorted(references, key=lambda q: null_score_diffs[q])
-    best_score, best_threshold = score, null_score_diffs[ordered[0]] - 1.0 if ordered else 0.0
-    for i, qid in enumerate(ordered):  # raising the threshold to this diff switches the question to "answer"
-        score += gain[qid]
-        tied_with_next = i + 1 < len(ordered) and null_score_diffs[ordered[i + 1]] == null_score_diffs[qid]
-        if not tied_with_next and score > best_score:  # equal diffs flip together
-            best_score, best_threshold = score, null_score_diffs[qid]
-    return float(best_threshold), 100.0 * best_score / len(references)
+    texts = {qid: best_answers.get(qid, "") for qid in references}
+    result = shared("squad_v2").compute(**_squad_v2_inputs(texts, null_score_diffs, references))
+    return result[f"best_{metric}_thresh"], result[f"best_{metric}"]
