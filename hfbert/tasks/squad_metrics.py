@@ -110,7 +110,8 @@ def squad_features(no_answer_probability: bool = False):
     if no_answer_probability:
         prediction["no_answer_probability"] = datasets.Value("float64")
     answers = datasets.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")})
-    return datasets.Features({"predictions": prediction, "references": {"id": datasets.Value("string"), "answers": answers}})
+    reference = {"id": datasets.Value("string"), "answers": answers}
+    return datasets.Features({"predictions": prediction, "references": reference})
 
 
 def questions_by_id(
