@@ -1,9 +1,9 @@
 """Entity-level precision, recall and F1 (micro average), token accuracy and per-type F1 of tag sequences
 (seqeval, conlleval rules: an ``I-X`` without a preceding ``B-X`` starts an entity).
 
-The scores are one flat dict of floats (``f1``, ``PER_f1``, ...) rather than seqeval's nested per-type dicts,
-so every key is a number: ``evaluate.evaluator("token-classification")`` takes the module as ``metric=`` and
-its bootstrap strategy can resample every key.
+The scores are one flat dict of floats (``f1``, ``PER_f1``, ...) rather than the Hub ``seqeval``'s nested
+per-type dicts, the keys hfbert's recipes report. ``evaluate.evaluator("token-classification")`` takes the module
+as ``metric=``: it passes one list of tags per sentence, as this module expects.
 """
 
 import datasets
