@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("hfbert.data.cli:main", "build NSP/MLM pretraining examples into Parquet shards (a prepared corpus)"),
     "push": ("hfbert.hub:main", "push a saved model folder to the Hub (branch and tag supported)"),
     "convert": ("hfbert.convert:main", "convert between hfbert and stock transformers BERT folders"),
+    "evaluate": ("hfbert.evaluation:main", "fine-tune a model on a suite of downstream tasks over several seeds "
+                                           "and report the scores"),
     "bench": ("hfbert.studies.bench:main", "benchmark hfbert against transformers side by side"),
     "robustness": ("hfbert.studies.robustness:main", "evaluate a fine-tuned model under bit-flip fault injection"),
 }

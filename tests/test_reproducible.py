@@ -87,10 +87,13 @@ CHANGED = {
     "prepared_download": True,
     "push_to_hub": "user/neutral",
     "hub_revision": "experiment",
+    "evaluate_seeds": [7],
 }
 # Settings of TRAJECTORY_NEUTRAL whose change is a part of every comparison here (output_dir), or of the resume
-# tests in test_pretrain.py and test_recovery.py (a resumed run ends bitwise equal to an uninterrupted one).
-COVERED_ELSEWHERE = {"output_dir", "resume", "resume_from", "resume_with_changes"}
+# tests in test_pretrain.py and test_recovery.py (a resumed run ends bitwise equal to an uninterrupted one). The
+# downstream evaluation fine-tunes copies of the exported folder after it is written (test_evaluate.py).
+COVERED_ELSEWHERE = {"output_dir", "resume", "resume_from", "resume_with_changes", "evaluate_suite",
+                     "evaluate_data_dir"}
 
 
 def test_every_neutral_setting_is_tested_and_resumable():

@@ -33,7 +33,8 @@ TRAJECTORY_NEUTRAL = frozenset({
     "resume", "max_time_minutes", "keep_last", "save_steps", "eval_steps", "logging_steps", "push_to_hub",
     "hub_revision", "fill_mask_text", "progress_bar", "report_to", "output_dir", "overwrite_output_dir",
     "max_eval_examples", "eval_batch_size", "resume_from", "resume_with_changes", "loss_spike_factor",
-    "loss_spike_window", "hub_timeout", "cache_limit", "prepared_download",
+    "loss_spike_window", "hub_timeout", "cache_limit", "prepared_download", "evaluate_suite", "evaluate_data_dir",
+    "evaluate_seeds",
 })
 # Settings a resumed run may change without --resume_with_changes: the neutral ones, and torch_compile, whose
 # compiled kernels compute the same steps with other float rounding.
@@ -181,6 +182,15 @@ class PretrainConfig(ExampleSettings):
         None, "seconds to wait for the Hub to connect or answer (default: $HFBERT_HUB_TIMEOUT, else 60)")
     fill_mask_text: list[str] = _setting(help="sentences with [MASK] to try the trained model on (one or more)",
                                          factory=lambda: list(DEFAULT_FILL_MASK_TEXT))
+    # -- downstream evaluation of the exported model (hfbert evaluate), before the push
+    evaluate_suite: str | None = _setting(
+        None, "after the export, fine-tune the model on every task of this suite (glue, local or a suite file; see "
+              "hfbert evaluate) and add the scores to its card; checked before training starts")
+    evaluate_data_dir: str | None = _setting(
+        None, "the evaluation's --data_dir: the folder of the suite's local files and of local copies of its Hub "
+              "datasets")
+    evaluate_seeds: list[int] = _setting(help="fine-tuning seeds of the evaluation: every task runs once per seed",
+                                         factory=lambda: [1, 2, 3])
 
     def __post_init__(self) -> None:
         if isinstance(self.fill_mask_text, str):  # one sentence, as a file or a caller may give it
@@ -294,6 +304,23 @@ def _check_values(c: PretrainConfig) -> None:
     for text in c.fill_mask_text:
         _require("[MASK]" in text, f"fill_mask_text must contain [MASK], got {text!r}")
     _check_model_overrides(c)
+    _check_evaluation(c)
+
+
+def _check_evaluation(c: PretrainConfig) -> None:
+    """The downstream suite runs after training, so everything it can be checked for is checked now: the suite,
+    every task's data and columns, its metric and recipe settings (:func:`hfbert.evaluation.check_settings`)."""
+    if c.evaluate_suite is None:
+        _require(c.evaluate_data_dir is None, "evaluate_data_dir is the data of an evaluate_suite; give that too")
+        return
+    _require(len(c.evaluate_seeds) > 0 and len(set(c.evaluate_seeds)) == len(c.evaluate_seeds),
+             f"evaluate_seeds must be one or more different seeds, got {c.evaluate_seeds}")
+    from ..evaluation import check_settings
+
+    try:
+        check_settings(c.evaluate_suite, c.evaluate_data_dir)
+    except UsageError as err:
+        raise ConfigError(f"evaluate_suite {c.evaluate_suite}: {err}") from None
 
 
 def _check_model_source(c: PretrainConfig) -> None:

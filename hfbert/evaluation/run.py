@@ -1,0 +1,323 @@
+"""``hfbert evaluate MODEL --suite SUITE``: fine-tune MODEL on every task of a suite with several seeds, using the
+package's recipes, and report what it is worth downstream.
+
+Every (task, seed) run has its own folder, ``OUT/runs/<task>/seed-<seed>/``, whose ``result.json`` is written
+last and whole (moved into place): ``--resume`` skips the runs whose result is there and was made with the same
+settings, model and data. The fine-tuned weights are deleted after scoring unless ``--keep_models``. Everything
+that can be checked is checked before the first training: the suite, every task's data, its columns and metric,
+the recipe settings, the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..arguments import CommandParser, run_command
+from ..usage import UsageError
+from .report import plot_results, results_table, summarize, write_results_card
+from ..data.shards import write_atomically
+from .suites import PreparedTask, Suite, SuiteTask, check_suite, data_fingerprint, load_suite, prepare_task
+
+__all__ = ["PLOT_FILE", "RESULTS_FILE", "RESULT_FILE", "EvaluateArguments", "EvaluationError", "check_settings",
+           "evaluate", "evaluate_exported", "evaluation_dir", "main", "recipe_argv"]
+
+RESULT_FILE = "result.json"  # one (task, seed) run
+RESULTS_FILE = "results.json"  # the whole evaluation
+PLOT_FILE = "results.png"
+# The weights a recipe saves; deleted after scoring unless --keep_models.
+WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin")
+
+
+class EvaluationError(RuntimeError):
+    """A fine-tuning run failed; the message names the task, the seed and the run's log."""
+
+
+@dataclass
+class EvaluateArguments:
+    model: str = field(metadata={"help": "the pretrained model: a folder (hfbert pretrain's output, an hfbert, "
+                                         "transformers or Google BERT folder) or a Hub id", "positional": True})
+    suite: str = field(metadata={"help": "a packaged suite (glue, local) or a suite file (YAML/JSON)"})
+    data_dir: str | None = field(default=None, metadata={
+        "help": "folder the suite's relative file paths are read from (default: the suite file's folder); a Hub "
+                "dataset is read from <data_dir>/<dataset>/<config> when that save_to_disk copy exists"})
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3],
+                             metadata={"help": "fine-tuning seeds: every task runs once per seed"})
+    output_dir: str | None = field(default=None, metadata={
+        "help": "where the runs, results.json and results.png go (default: evaluation/<model name>-<suite>)"})
+    resume: bool = field(default=False, metadata={
+        "help": "skip the (task, seed) runs already finished in output_dir with the same settings"})
+    write_card: bool = field(default=False, metadata={
+        "help": "add the scores to MODEL's README.md (model-index metadata and a results table); MODEL must be a "
+                "folder"})
+    keep_models: bool = field(default=False, metadata={"help": "keep each run's fine-tuned weights"})
+    tasks: list[str] | None = field(default=None, metadata={"help": "run only these tasks of the suite"})
+    max_train_samples: int | None = field(default=None, metadata={
+        "help": "at most this many training rows per task (on top of the suite's own limits), for a quick look"})
+    max_eval_samples: int | None = field(default=None, metadata={
+        "help": "at most this many validation rows per task (on top of the suite's own limits)"})
+    progress_bar: bool = field(default=True, metadata={"help": "show a progress bar over the runs"})
+
+    def __post_init__(self):
+        if not self.seeds:
+            raise UsageError("--seeds needs at least one seed")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise UsageError(f"--seeds {self.seeds} repeats a seed")
+        for name in ("max_train_samples", "max_eval_samples"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise UsageError(f"--{name} must be >= 1, got {getattr(self, name)}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``hfbert evaluate``; exit status 2 for a bad setting or suite (one line, before any training), 1 for a run
+    that failed (one line naming its log)."""
+    args = CommandParser("hfbert evaluate", EvaluateArguments, description=(
+        "Fine-tune MODEL on every task of a suite, once per seed, and report each task's score (mean and spread "
+        "over the seeds) and their average: a table, results.json and results.png.")).parse(argv)
+    settings = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.name != "model"}
+    settings["progress"] = settings.pop("progress_bar")
+    return run_command("hfbert evaluate", lambda: _print(evaluate(args.model, **settings)), errors=(EvaluationError,))
+
+
+def _print(summary: dict) -> int:
+    print(results_table(summary))
+    print(f"results in {summary['output_dir']}")
+    return 0
+
+
+def evaluate(model: str, suite: str | Path | Suite, *, data_dir: str | Path | None = None,
+             seeds: Sequence[int] = (1, 2, 3), output_dir: str | Path | None = None, resume: bool = False,
+             write_card: bool = False, keep_models: bool = False, tasks: Sequence[str] | None = None,
+             max_train_samples: int | None = None, max_eval_samples: int | None = None,
+             progress: bool = True) -> dict[str, Any]:
+    """Run ``suite`` on ``model`` (see the module docstring) and return the summary written to ``results.json``.
+    Raises UsageError before any training for a bad suite, data or model, EvaluationError when a run fails."""
+    seeds = list(seeds)
+    suite = _capped(check_settings(suite, data_dir, tasks), max_train_samples, max_eval_samples)
+    if write_card and not Path(model).is_dir():
+        raise UsageError(f"--write_card writes MODEL's README.md; {model} is not a folder")
+    model_key = _model_fingerprint(model)
+    out = Path(output_dir) if output_dir is not None else Path("evaluation") / f"{Path(model).name}-{suite.name}"
+    out.mkdir(parents=True, exist_ok=True)
+
+    from tqdm.auto import tqdm
+
+    runs: dict[tuple[str, int], dict] = {}
+    prepared: dict[str, PreparedTask] = {}
+    bar = tqdm(total=len(suite.tasks) * len(seeds), unit="run", desc="evaluate", disable=not progress)
+    for task in suite.tasks:
+        prepared[task.name] = prepare_task(task, suite, data_dir, out / "data" / task.name)
+        data_key = data_fingerprint(task, suite, data_dir)
+        for seed in seeds:
+            bar.set_description(f"{task.name} seed {seed}")
+            run_dir = out / "runs" / task.name / f"seed-{seed}"
+            key = _run_key(task, seed, model_key, data_key)
+            done = _finished(run_dir / RESULT_FILE, key, task) if resume else None
+            runs[task.name, seed] = done or _run(task, seed, model, prepared[task.name], run_dir, key, keep_models)
+            bar.update()
+    bar.close()
+    summary = summarize(suite, model, seeds, runs, prepared)
+    summary["output_dir"] = str(out)
+    write_atomically(str(out), RESULTS_FILE, json.dumps(summary, indent=1, ensure_ascii=False).encode("utf-8"))
+    plot_results(summary, out / PLOT_FILE)
+    if write_card:
+        summary["card"] = str(write_results_card(model, summary, suite))
+    return summary
+
+
+def check_settings(suite: str | Path | Suite, data_dir: str | Path | None = None,
+                   tasks: Sequence[str] | None = None) -> Suite:
+    """Every check of an evaluation that needs no model: the suite file, each task's data, columns and metric
+    (:func:`~hfbert.evaluation.suites.check_suite`) and its recipe settings. Returns the suite (cut to
+    ``tasks``); raises UsageError naming the task and the setting."""
+    suite = check_suite(suite, data_dir, list(tasks) if tasks else None)
+    for task in suite.tasks:
+        _check_recipe_settings(task)
+    return suite
+
+
+def _capped(suite: Suite, max_train: int | None, max_eval: int | None) -> Suite:
+    def cap(limit, extra):
+        return extra if limit is None else (limit if extra is None else min(limit, extra))
+
+    return dataclasses.replace(suite, tasks=[
+        dataclasses.replace(t, max_train_samples=cap(t.max_train_samples, max_train),
+                            max_eval_samples=cap(t.max_eval_samples, max_eval)) for t in suite.tasks])
+
+
+def recipe_argv(task: SuiteTask, model: str, data: PreparedTask, run_dir: Path, seed: int) -> list[str]:
+    """The recipe command line of one run."""
+    argv = ["--model_name_or_path", str(model), "--train_file", str(data.train_file),
+            "--validation_file", str(data.validation_file), "--output_dir", str(run_dir), "--seed", str(seed),
+            "--num_train_epochs", str(task.epochs), "--learning_rate", str(task.learning_rate),
+            "--per_device_train_batch_size", str(task.batch_size),
+            "--per_device_eval_batch_size", str(max(task.batch_size, 64)), "--max_seq_length", str(task.max_length),
+            "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", "--logging_strategy", "no"]
+    kind = task.kind
+    for role, column in task.columns.items():
+        argv += [kind.columns[role][0], column]
+    if kind.recipe_task_type:
+        argv += ["--task_type", kind.recipe_task_type]
+    if data.labels:
+        argv += ["--label_list", ",".join(data.labels)]
+    if task.type == "ner":  # windows of long sentences share a quarter of their tokens (the recipe's 32 at 128)
+        argv += ["--doc_stride", str(max(1, min(32, task.max_length // 4)))]
+    for key, value in task.training.items():
+        argv += [f"--{key}", json.dumps(value) if isinstance(value, (dict, list)) else str(value).lower()
+                 if isinstance(value, bool) else str(value)]
+    return argv
+
+
+def _recipe(task: SuiteTask):
+    return importlib.import_module(f"hfbert.recipes.{task.kind.recipe}")
+
+
+def _check_recipe_settings(task: SuiteTask) -> None:
+    """The task's recipe command line parses: a bad ``training`` option fails now, not after other tasks trained."""
+    from transformers import TrainingArguments
+
+    from ..tasks.runs import ModelArguments
+
+    placeholder = PreparedTask(Path("train.jsonl"), Path("validation.jsonl"), 0, 0, "", ["O"] if task.type == "ner"
+                               else None)
+    argv = recipe_argv(task, "model", placeholder, Path("unused"), 0)
+    parser = _QuietParser(task.kind.recipe, [ModelArguments, _recipe(task).DataArguments, TrainingArguments])
+    try:
+        parser.parse_values(argv)
+    except UsageError as err:
+        raise UsageError(f"task {task.name!r}: a recipe setting does not parse ({err}); training: "
+                         f"{task.training}") from None
+
+
+class _QuietParser(CommandParser):
+    """A recipe's parser whose errors are raised, for the caller to name the task, not printed."""
+
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def _model_fingerprint(model: str) -> dict[str, Any]:
+    """The model a run fine-tunes, as a resumed evaluation compares it: a folder's config and weight files by
+    size and time (a model retrained in place is another model), a Hub id by name. The model is looked up now, so
+    a wrong name fails before any training."""
+    from ..model_source import locate
+
+    try:
+        locate(model)
+    except ValueError as err:  # ModelSourceError: one sentence naming the source
+        raise UsageError(f"MODEL {model}: {err}") from None
+    folder = Path(model)
+    if not folder.is_dir():
+        return {"hub": model}
+    files = sorted(p for p in folder.iterdir() if p.is_file() and (
+        p.suffix in (".json", ".safetensors", ".bin", ".txt") or p.name.startswith("bert_model.ckpt")))
+    return {"folder": str(folder.resolve()),
+            "files": {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in files if p.name != "README.md"}}
+
+
+def _run_key(task: SuiteTask, seed: int, model_key: dict, data_key: dict) -> str:
+    settings = {k: v for k, v in task.settings().items() if k not in ("reference", "reference_note", "dataset_name")}
+    text = json.dumps([settings, seed, model_key, data_key], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _finished(path: Path, key: str, task: SuiteTask) -> dict | None:
+    """The result of a run finished with the same settings, or None."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    if result.get("key") != key or not all(m in result.get("scores", {}) for m in task.metrics):
+        return None
+    return result
+
+
+def _run(task: SuiteTask, seed: int, model: str, data: PreparedTask, run_dir: Path, key: str,
+         keep_models: bool) -> dict:
+    """One fine-tuning run; its result is written last and whole."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / RESULT_FILE).unlink(missing_ok=True)
+    log = run_dir / "recipe.log"
+    argv = recipe_argv(task, model, data, run_dir, seed)
+    start = time.perf_counter()
+    with log.open("w", encoding="utf-8") as stream, redirect_stdout(stream), redirect_stderr(stream):
+        print("recipe arguments:", json.dumps(argv))
+        try:
+            metrics = _recipe(task).main(argv)
+        except (Exception, SystemExit) as err:
+            traceback.print_exc(file=stream)
+            failed = err
+        else:
+            failed = None
+    if failed is not None:
+        message = " ".join(str(failed).split()) or type(failed).__name__
+        raise EvaluationError(f"task {task.name!r}, seed {seed}: the {task.kind.recipe} run failed: {message} "
+                              f"(log: {log})") from failed
+    seconds = time.perf_counter() - start
+    missing = [m for m in task.metrics if m not in metrics]
+    if missing:
+        reported = sorted(k for k in metrics if k.startswith("eval_"))
+        raise EvaluationError(f"task {task.name!r}, seed {seed}: the run reported no {missing} (it reported "
+                              f"{reported}; log: {log})")
+    if not keep_models:
+        for pattern in WEIGHT_PATTERNS:
+            for file in run_dir.glob(pattern):
+                file.unlink()
+    result = {"task": task.name, "seed": seed, "key": key, "scores": {m: float(metrics[m]) for m in task.metrics},
+              "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
+              "seconds": round(seconds, 1)}
+    write_atomically(str(run_dir), RESULT_FILE, json.dumps(result, indent=1).encode("utf-8"))
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# After pretraining
+
+
+# Set by torchrun/accelerate for the processes of a distributed run: the evaluation runs alone, in a process of
+# its own, and must not try to join that group.
+_DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                    "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
+
+
+def evaluation_dir(config) -> Path:
+    """Where ``hfbert pretrain --evaluate_suite`` writes the evaluation: beside the run's logs (``runs/``, which a
+    push leaves out); the scores go into the exported card."""
+    return Path(config.output_dir) / "runs" / "evaluation" / load_suite(config.evaluate_suite).name
+
+
+def evaluate_exported(config) -> dict | None:
+    """Run ``config.evaluate_suite`` on the folder a finished ``hfbert pretrain`` exported (``config.output_dir``),
+    with ``config.evaluate_data_dir`` and ``config.evaluate_seeds``, resuming runs already finished, and add the
+    scores to its card. Returns the summary (``results.json``), or None without an ``evaluate_suite``. Call it on
+    the main process only: it runs in a process of its own, outside the training's process group and
+    accelerator. Raises EvaluationError when a run fails."""
+    if config.evaluate_suite is None:
+        return None
+    out = evaluation_dir(config)
+    command = [sys.executable, "-m", "hfbert.cli", "evaluate", str(config.output_dir), "--suite",
+               str(config.evaluate_suite), "--output_dir", str(out), "--resume", "--write_card", "--seeds",
+               *map(str, config.evaluate_seeds), "--progress_bar", str(bool(config.progress_bar)).lower()]
+    if config.evaluate_data_dir is not None:
+        command += ["--data_dir", str(config.evaluate_data_dir)]
+    env = {k: v for k, v in os.environ.items() if k not in _DISTRIBUTED_ENV and not k.startswith(
+        ("ACCELERATE_", "TORCHELASTIC_"))}
+    done = subprocess.run(command, env=env, check=False)
+    if done.returncode != 0:
+        raise EvaluationError(f"the evaluation of {config.output_dir} on suite {config.evaluate_suite} failed "
+                              f"(exit {done.returncode}; its error is above); the model is exported. Continue it "
+                              f"with: hfbert evaluate {config.output_dir} --suite {config.evaluate_suite} "
+                              f"--output_dir {out} --resume --write_card")
+    return json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))

@@ -1,0 +1,339 @@
+"""hfbert evaluate on a tiny model (2 layers, hidden 32) and tiny suites (a classification and an NER task, 32 rows
+each, one epoch, two seeds): the results and the figure, resuming, the checks before any training, the card's
+model-index through the local Hub server, the glue suite against stand-ins with GLUE's own columns and splits, and
+hfbert pretrain's settings."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from huggingface_hub import ModelCard, hf_hub_download
+from hub_server import allow_hub_calls, start_hub
+from test_recipes import _one_thread  # noqa: F401  (autouse: one thread per test)
+
+import hfbert
+import hfbert.recipes.finetune_classification
+import hfbert.recipes.finetune_ner
+from hfbert.cli import main
+from hfbert.evaluation import (
+    RESULT_FILE,
+    check_settings,
+    eval_results,
+    evaluate,
+    evaluate_exported,
+    load_suite,
+    write_results_card,
+)
+from hfbert.hub import push_to_hub
+from hfbert.pretrain.config import ConfigError, PretrainConfig
+from hfbert.tokenization import SPECIAL_TOKENS, bert_tokenizer_from_vocab
+
+POS, NEG = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "dull"]
+FILLER = ["the", "movie", "was", "plot", "and", "it", "met", "in", "really", "quite"]
+PEOPLE, PLACES = ["alice", "bob", "carol"], ["paris", "london", "rome"]
+CARD = "---\nlicense: apache-2.0\nlibrary_name: transformers\ntags:\n- hfbert\n---\n\n# tiny\n\nA tiny test model.\n"
+TASK = {"epochs": 1, "learning_rate": 1.0e-3, "batch_size": 8, "max_length": 32}
+
+
+def _jsonl(path: Path, rows) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _sentences(rng, n):
+    rows = []
+    for i in range(n):
+        label = i % 2
+        words = [rng.choice(FILLER) for _ in range(4)] + [rng.choice(POS if label else NEG)]
+        rng.shuffle(words)
+        rows.append({"sentence": " ".join(words), "other": rng.choice(FILLER), "label": label,
+                     "score": label * 4.0 + rng.random()})
+    return rows
+
+
+def _tagged(rng, n):
+    rows = []
+    for _ in range(n):
+        words, tags = [], []
+        while len(words) < 6:
+            if rng.random() < 0.3:
+                words.append(rng.choice(PEOPLE)), tags.append("B-PER")
+            elif rng.random() < 0.2:
+                words.append(rng.choice(PLACES)), tags.append("B-LOC")
+            else:
+                words.append(rng.choice(FILLER)), tags.append("O")
+        rows.append({"tokens": words, "ner_tags": tags})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """A tiny pretrained-model folder, as hfbert pretrain leaves one: weights, tokenizer, a card."""
+    folder = tmp_path_factory.mktemp("model") / "tiny-bert"
+    folder.mkdir()
+    words = sorted({*POS, *NEG, *FILLER, *PEOPLE, *PLACES, "sentence", "a", "b"})
+    (folder / "vocab.txt").write_text("\n".join([*SPECIAL_TOKENS, *words]) + "\n")
+    bert_tokenizer_from_vocab(folder / "vocab.txt").save_pretrained(folder)
+    torch.manual_seed(0)
+    config = hfbert.HfBertConfig(vocab_size=len(SPECIAL_TOKENS) + len(words), hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
+    hfbert.HfBertForPreTraining(config).save_pretrained(folder)
+    (folder / "README.md").write_text(CARD)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def suite_file(tmp_path_factory) -> Path:
+    """Two tasks over local files: one file split by validation_rows, and separate train/validation files."""
+    folder = tmp_path_factory.mktemp("suite")
+    rng = random.Random(0)
+    _jsonl(folder / "data" / "sentences.jsonl", _sentences(rng, 32))
+    _jsonl(folder / "data" / "ner_train.jsonl", _tagged(rng, 24))
+    _jsonl(folder / "data" / "ner_dev.jsonl", _tagged(rng, 8))
+    suite = {"name": "tiny", "defaults": TASK, "tasks": [
+        {"name": "polarity", "type": "classification", "file": "data/sentences.jsonl", "validation_rows": 8,
+         "columns": {"text": "sentence", "label": "label"}, "metrics": ["eval_accuracy", "eval_f1"]},
+        {"name": "people", "type": "ner", "train_file": "data/ner_train.jsonl", "validation_file": "data/ner_dev.jsonl",
+         "columns": {"tokens": "tokens", "tags": "ner_tags"}, "metric": "eval_f1"},
+    ]}
+    path = folder / "tiny.yaml"
+    path.write_text(yaml.safe_dump(suite, sort_keys=False))
+    return path
+
+
+class Trainings:
+    """Counts the recipe runs, by wrapping each recipe's entry point."""
+
+    def __init__(self, monkeypatch):
+        self.runs: list[tuple[str, str]] = []
+        for module in (hfbert.recipes.finetune_classification, hfbert.recipes.finetune_ner):
+            monkeypatch.setattr(module, "main", self._counted(module.main))
+
+    def _counted(self, recipe):
+        def run(argv):
+            self.runs.append((argv[argv.index("--output_dir") + 1].split("/")[-2],
+                              argv[argv.index("--seed") + 1]))
+            return recipe(argv)
+        return run
+
+
+@pytest.fixture(scope="module")
+def evaluated(model_dir, suite_file, tmp_path_factory):
+    """``hfbert evaluate MODEL --suite tiny.yaml --seeds 1 2 --write_card`` on a copy of the model folder."""
+    model = tmp_path_factory.mktemp("carded") / "tiny-bert"
+    shutil.copytree(model_dir, model)
+    out = tmp_path_factory.mktemp("evaluation") / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        trainings = Trainings(mp)
+        code = main(["evaluate", str(model), "--suite", str(suite_file), "--seeds", "1", "2", "--output_dir",
+                     str(out), "--write_card", "--progress_bar", "false"])
+    assert code == 0
+    return {"model": model, "out": out, "runs": trainings.runs, "summary": json.loads((out / "results.json").read_text())}
+
+
+def test_results_hold_every_task_its_spread_over_seeds_and_the_average(evaluated):
+    out = evaluated["out"]
+    assert sorted(evaluated["runs"]) == [("people", "1"), ("people", "2"), ("polarity", "1"), ("polarity", "2")]
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["tasks"]) == ["polarity", "people"] and results["seeds"] == [1, 2]
+    polarity = results["tasks"]["polarity"]
+    assert (polarity["train_rows"], polarity["validation_rows"]) == (24, 8)  # 32 rows, 8 held out
+    for name, task in results["tasks"].items():
+        for metric, score in task["scores"].items():
+            values = [json.loads((out / "runs" / name / f"seed-{s}" / RESULT_FILE).read_text())["scores"][metric]
+                      for s in (1, 2)]
+            assert list(score["values"].values()) == values
+            assert score["mean"] == pytest.approx(statistics.fmean(values))
+            assert score["std"] == pytest.approx(statistics.stdev(values))
+    assert set(polarity["scores"]) == {"eval_accuracy", "eval_f1"}
+    by_seed = [statistics.fmean([results["tasks"][t]["scores"][results["tasks"][t]["metric"]]["values"][s]
+                                 for t in ("polarity", "people")]) for s in ("1", "2")]
+    assert results["average"]["mean"] == pytest.approx(statistics.fmean(by_seed))
+    assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the fine-tuned weights are scored, then deleted; the run's record stays
+    run = out / "runs" / "polarity" / "seed-1"
+    assert not list(run.glob("*.safetensors")) and (run / "all_results.json").is_file()
+
+
+def test_resume_runs_only_what_is_missing_or_incomplete(evaluated, monkeypatch):
+    out = evaluated["out"]
+    before = json.loads((out / "results.json").read_text())
+    (out / "runs" / "people" / "seed-2" / RESULT_FILE).unlink()  # killed before its result was written
+    trainings = Trainings(monkeypatch)
+    summary = evaluate(str(evaluated["model"]), load_suite(before["suite_file"]), seeds=[1, 2], output_dir=out,
+                       resume=True, progress=False)
+    assert trainings.runs == [("people", "2")]
+    assert summary["tasks"]["polarity"] == before["tasks"]["polarity"]
+    # a result made with other settings is not reused: one more seed runs only that seed
+    trainings.runs.clear()
+    evaluate(str(evaluated["model"]), before["suite_file"], seeds=[1, 2, 3], output_dir=out, resume=True,
+             tasks=["polarity"], progress=False)
+    assert trainings.runs == [("polarity", "3")]
+
+
+def test_the_card_gets_model_index_and_one_results_table_and_goes_through_the_hub(evaluated, tmp_path, monkeypatch):
+    model, summary = evaluated["model"], evaluated["summary"]
+    suite = load_suite(summary["suite_file"])
+    card = ModelCard.load(model / "README.md")  # raises on a model-index that does not validate
+    expected = eval_results(summary, suite)
+    assert card.data.eval_results == expected and card.data.model_name == "tiny-bert"
+    assert {(r.task_name, r.metric_type) for r in expected} == {("polarity", "accuracy"), ("polarity", "f1"),
+                                                                ("people", "f1")}
+    assert card.data.license == "apache-2.0" and "A tiny test model." in card.text  # the rest is kept
+    assert card.text.count("## Downstream evaluation: the `tiny` suite") == 1
+    write_results_card(model, summary, suite)  # a second run replaces its section
+    again = ModelCard.load(model / "README.md")
+    assert again.text.count("## Downstream evaluation: the `tiny` suite") == 1
+    assert again.data.eval_results == expected
+
+    hub, httpd = start_hub()
+    try:
+        allow_hub_calls(monkeypatch)
+        push_to_hub(model, "user/evaluated", token=hub.WRITE_TOKEN, endpoint=hub.url)
+        pulled = hf_hub_download("user/evaluated", "README.md", endpoint=hub.url, cache_dir=tmp_path / "cache",
+                                 token=hub.WRITE_TOKEN)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert Path(pulled).read_text() == (model / "README.md").read_text()
+    assert ModelCard.load(pulled).data.eval_results == expected
+
+
+def _bad_suite(suite_file: Path, tmp_path: Path, change) -> Path:
+    suite = yaml.safe_load(suite_file.read_text())
+    change(suite)
+    path = suite_file.parent / f"bad-{tmp_path.name}.yaml"  # beside the data, which it reads
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+BAD = {
+    "wrong column": (lambda s: s["tasks"][1]["columns"].update(tags="tags"),
+                     r"task 'people': column 'tags' \(tags\) not in .*ner_train\.jsonl \(columns: tokens, ner_tags\)"),
+    "unknown metric": (lambda s: s["tasks"][0].update(metrics=["eval_acc"]),
+                       r"task 'polarity': metric 'eval_acc' is not a score .* known: \[.*'eval_accuracy'"),
+    "missing file": (lambda s: s["tasks"][1].update(validation_file="data/nowhere.jsonl"),
+                     r"task 'people': validation_file .*nowhere\.jsonl not found"),
+    "unknown type": (lambda s: s["tasks"][0].update(type="sentiment"),
+                     r"task 'polarity': type 'sentiment' is unknown; known: \['classification', 'ner', 'regression'\]"),
+    "text, not a number": (lambda s: s["tasks"][0].update(type="regression", metrics=["eval_pearson"],
+                                                          columns={"text": "sentence", "label": "other"}),
+                           r"task 'polarity': column 'other' \(label\) must hold a number"),
+    "bad recipe option": (lambda s: s["tasks"][0].update(training={"warmup_stepz": 3}),
+                          r"task 'polarity': a recipe setting does not parse .*warmup_stepz"),
+    "bad value": (lambda s: s["tasks"][0].update(batch_size=0), r"task 'polarity': batch_size must be an integer"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_suite_stops_before_any_training_in_one_line(case, model_dir, suite_file, tmp_path, monkeypatch,
+                                                           capsys):
+    change, message = BAD[case]
+    trainings = Trainings(monkeypatch)
+    code = main(["evaluate", str(model_dir), "--suite", str(_bad_suite(suite_file, tmp_path, change)), "--output_dir",
+                 str(tmp_path / "out"), "--progress_bar", "false"])
+    err = capsys.readouterr().err
+    assert code == 2 and trainings.runs == []
+    assert len(err.splitlines()) == 1 and err.startswith("hfbert evaluate: error: "), err
+    assert re.search(message, err), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_model_and_a_card_for_a_hub_id_stop_in_one_line(suite_file, tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path / "no-model"), "--suite", str(suite_file)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(f"hfbert evaluate: error: MODEL {tmp_path / 'no-model'}: ")
+    assert main(["evaluate", "user/model", "--suite", str(suite_file), "--write_card"]) == 2
+    assert capsys.readouterr().err == ("hfbert evaluate: error: --write_card writes MODEL's README.md; user/model is "
+                                       "not a folder\n")
+    assert main(["evaluate", "user/model", "--suite", "glu"]) == 2
+    assert capsys.readouterr().err == ("hfbert evaluate: error: suite 'glu' is neither a file nor a packaged suite "
+                                       "(glue, local)\n")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# GLUE: the packaged suite against stand-ins with GLUE's columns and splits
+
+
+GLUE_COLUMNS = {
+    "cola": ["sentence"], "sst2": ["sentence"], "mrpc": ["sentence1", "sentence2"], "stsb": ["sentence1", "sentence2"],
+    "qqp": ["question1", "question2"], "mnli": ["premise", "hypothesis"], "qnli": ["question", "sentence"],
+    "rte": ["sentence1", "sentence2"],
+}
+
+
+def _glue_stand_in(root: Path, config: str, columns: list[str], rng) -> None:
+    """``load_dataset("nyu-mll/glue", config).save_to_disk(...)``'s layout: GLUE's splits and columns (and idx)."""
+    import datasets
+
+    splits = (["train", "validation_matched", "validation_mismatched", "test_matched", "test_mismatched"]
+              if config == "mnli" else ["train", "validation", "test"])
+    def rows(n):
+        out = {c: [" ".join(rng.choice(POS + NEG + FILLER) for _ in range(5)) for _ in range(n)] for c in columns}
+        out["label"] = [rng.random() * 5 for _ in range(n)] if config == "stsb" else [i % 2 for i in range(n)]
+        out["idx"] = list(range(n))
+        return out
+    datasets.DatasetDict({s: datasets.Dataset.from_dict(rows(24 if s == "train" else 8)) for s in splits}).save_to_disk(
+        str(root / "nyu-mll" / "glue" / config))
+
+
+def test_the_glue_suite_checks_against_glue_columns_and_runs_from_a_local_copy(model_dir, tmp_path, monkeypatch):
+    rng = random.Random(4)
+    for config, columns in GLUE_COLUMNS.items():
+        _glue_stand_in(tmp_path / "data", config, columns, rng)
+    suite = check_settings("glue", tmp_path / "data")  # every task: split names and columns
+    assert [t.config for t in suite.tasks] == ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli", "qnli", "rte"]
+    assert {t.name: t.reference for t in suite.tasks}["stsb"] == 0.858
+    assert all((t.epochs, t.batch_size, t.max_length, t.learning_rate) == (3, 32, 128, 2e-5) for t in suite.tasks)
+
+    shutil.rmtree(tmp_path / "data" / "nyu-mll" / "glue" / "qnli")
+    _glue_stand_in(tmp_path / "data", "qnli", ["question", "text"], rng)  # a column GLUE does not have
+    with pytest.raises(ValueError, match=r"task 'qnli': column 'sentence' \(text_pair\) not in the train split of "
+                                         r"dataset nyu-mll/glue \(config qnli\), local copy .*\(columns: question, "
+                                         r"text, label, idx\)"):
+        check_settings("glue", tmp_path / "data")
+
+    trainings = Trainings(monkeypatch)
+    summary = evaluate(str(model_dir), "glue", data_dir=tmp_path / "data", tasks=["stsb"], seeds=[1],
+                       output_dir=tmp_path / "out", progress=False, max_train_samples=16)
+    assert trainings.runs == [("stsb", "1")]
+    stsb = summary["tasks"]["stsb"]
+    assert list(stsb["scores"]) == ["eval_spearman", "eval_pearson"] and stsb["train_rows"] == 16
+    assert "local copy" in stsb["data"] and stsb["reference"] == 0.858
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# hfbert pretrain --evaluate_suite
+
+
+def test_pretrain_checks_the_suite_before_training(suite_file, tmp_path):
+    bad = _bad_suite(suite_file, tmp_path, lambda s: s["tasks"][1]["columns"].update(tokens="words"))
+    with pytest.raises(ConfigError, match=r"evaluate_suite .*: task 'people': column 'words' \(tokens\) not in"):
+        PretrainConfig(output_dir=str(tmp_path / "run"), evaluate_suite=str(bad))
+    with pytest.raises(ConfigError, match="evaluate_data_dir is the data of an evaluate_suite"):
+        PretrainConfig(output_dir=str(tmp_path / "run"), evaluate_data_dir=str(tmp_path))
+    config = PretrainConfig(output_dir=str(tmp_path / "run"), evaluate_suite=str(suite_file), evaluate_seeds=[5])
+    assert config.evaluate_seeds == [5]
+
+
+def test_evaluate_exported_scores_the_exported_folder_and_writes_its_card(model_dir, suite_file, tmp_path):
+    exported = tmp_path / "run"
+    shutil.copytree(model_dir, exported)
+    one_task = _bad_suite(suite_file, tmp_path, lambda s: s.update(tasks=s["tasks"][:1]))
+    config = PretrainConfig(output_dir=str(exported), evaluate_suite=str(one_task), evaluate_seeds=[3],
+                            progress_bar=False)
+    assert evaluate_exported(PretrainConfig(output_dir=str(exported))) is None
+    summary = evaluate_exported(config)
+    assert list(summary["tasks"]) == ["polarity"] and summary["seeds"] == [3]
+    assert Path(summary["output_dir"]).is_relative_to(exported / "runs")  # beside the logs, not pushed
+    card = ModelCard.load(exported / "README.md")
+    assert [r.task_name for r in card.data.eval_results] == ["polarity", "polarity"]
