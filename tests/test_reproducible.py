@@ -48,7 +48,7 @@ def test_prepare_without_a_tokenizer_twice_gives_the_same_folder(corpus, tmp_pat
     assert "vocab.txt" in left and any(name.startswith("data/train-") for name in left)
     assert left == right
     manifests = [PreparedCorpus.open(folder).manifest for folder in folders]
-    assert manifests[0]["tokenizer"] == manifests[1]["tokenizer"]
+    assert manifests[0].tokenizer == manifests[1].tokenizer
 
 
 def test_a_job_from_raw_text_twice_gives_the_same_model(corpus, tmp_path):
