@@ -17,9 +17,10 @@ Before timing, two checks: the precision ``hfbert pretrain`` chooses by default 
 computes it natively), and the packed path on every backend: one fp32 pretraining step's loss and gradients with
 packed rows against the same step computed on every padding position.
 
-Model FLOPs count the work of the original model on the real tokens (encoder on every real token, the MLM head on
-the supervised positions, forward + backward = 3 x forward), the same figure for every row, so MFU ratios are speed
-ratios. The JSON holds every row's median step time, tokens/s, MFU, peak memory and loss.
+Model FLOPs are ``hfbert.studies.bench.flops.model_flops``, the FLOP model ``hfbert bench`` uses: the work of the
+original model on the real tokens (the encoder on every real token, attention over the real tokens of each row, the
+MLM head on the supervised positions, forward + backward = 3 x forward), the same figure for every row, so MFU
+ratios are speed ratios. The JSON holds every row's median step time, tokens/s, MFU, peak memory and loss.
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ import torch
 import transformers
 
 from hfbert import HfBertConfig, HfBertForPreTraining, HfBertModel, unpadding_hfbert
-from hfbert.unpadding_hfbert import ATTENTION_BACKENDS
 from hfbert.arguments import CommandParser, UsageError, run_command
 from hfbert.pretrain.config import PretrainConfig, native_mixed_precision
+from hfbert.studies.bench.flops import model_flops
+from hfbert.unpadding_hfbert import ATTENTION_BACKENDS
 
 PROG = "gpu_check"
 PAD, CLS, SEP, MASK, FIRST_WORD = 0, 101, 102, 103, 1000
@@ -56,7 +58,7 @@ class GpuCheckArguments:
     output: str = field(default="gpu_check.json", metadata={"help": "where the JSON report goes"})
     peak_tflops: float = field(default=989.0, metadata={
         "help": "the GPU's dense bf16 peak in TFLOP/s for MFU (H100/H200 SXM: 989)"})
-    lengths: str = field(default="128,512", metadata={"help": "pretraining sequence lengths, comma-separated"})
+    lengths: list[int] = field(default_factory=lambda: [128, 512], metadata={"help": "pretraining sequence lengths"})
     batch_tokens: int = field(default=16384, metadata={
         "help": "rows x length of a pretraining batch (128 -> 128 rows, 512 -> 32 rows)"})
     steps: int = field(default=10, metadata={"help": "timed steps per row, after the warm-up"})
@@ -67,12 +69,8 @@ class GpuCheckArguments:
         "help": "check the script itself on a CPU: a tiny model, no flex or flash, no MFU; figures mean nothing"})
 
     def __post_init__(self):
-        try:
-            self.length_list = [int(x) for x in self.lengths.split(",") if x.strip()]
-        except ValueError:
-            raise UsageError(f"--lengths must be integers separated by commas, got {self.lengths!r}") from None
-        if not self.length_list or any(n < 8 or n > 512 for n in self.length_list):
-            raise UsageError(f"--lengths must lie in [8, 512], got {self.lengths!r}")
+        if not self.lengths or any(n < 8 or n > 512 for n in self.lengths):
+            raise UsageError(f"--lengths must lie in [8, 512], got {self.lengths}")
         for name in ("peak_tflops", "batch_tokens", "steps", "budget_seconds"):
             if not getattr(self, name) > 0:
                 raise UsageError(f"--{name} must be positive, got {getattr(self, name)!r}")
@@ -117,15 +115,6 @@ def sentence_batches(count: int, rows: int, vocab_size: int, seed: int) -> list[
         ids = torch.randint(FIRST_WORD, vocab_size, (rows, width), generator=g)
         batches.append({"input_ids": torch.where(real, ids, PAD), "attention_mask": real.long()})
     return batches
-
-
-def model_flops(config, batch) -> float:
-    """Forward + backward FLOPs of the original model's useful work on one batch (2 per multiply-add)."""
-    real = batch["attention_mask"].sum(1).double()
-    d, inner, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    encoder = layers * (real.sum() * (8 * d * d + 4 * d * inner) + (real * real).sum() * 4 * d)
-    head = int((batch["labels"] != -100).sum()) * (2 * d * d + 2 * d * config.vocab_size) + real.numel() * 4 * d * d
-    return 3 * float(encoder + head)
 
 
 def cuda_timer(device):
@@ -231,7 +220,9 @@ def pretraining_row(name, library, backend, config, batches, args, device) -> di
                 times.append(seconds)
     step = statistics.median(times)
     tokens = statistics.mean(float(b["attention_mask"].sum()) for b in batches[args.warmup:])
-    flops = statistics.mean(model_flops(config, b) for b in batches[args.warmup:])
+    flops = statistics.mean(model_flops(config, {"lengths": b["attention_mask"].sum(1).tolist(),
+                                                 "supervised": int((b["labels"] != -100).sum())})
+                            for b in batches[args.warmup:])
     row = {"row": name, "library": library, "attn_implementation": backend, "step_s": step,
            "tokens_per_s": tokens / step,
            "first_loss": losses[0],  # before any update: the same model on the same batch in every row
@@ -315,7 +306,7 @@ def check(args: GpuCheckArguments) -> int:
         report["packed_vs_padded"].append(row)
         print(f"packed vs padded {backend:20s} loss {row['packed_loss']:.6f} / {row['padded_loss']:.6f}  "
               f"grad rel diff {row['grad_max_rel_diff']:.2e}", flush=True)
-    for length in args.length_list:
+    for length in args.lengths:
         rows = max(1, args.batch_tokens // length) if not args.allow_cpu else 4
         batches = pretraining_batches(args.warmup + args.steps, rows, length, config.vocab_size, seed=length)
         for name, library, backend in contenders(device):

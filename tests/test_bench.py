@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from hfbert.arguments import UsageError
+from hfbert.configuration_hfbert import HfBertConfig
 from hfbert.studies import bench
 from hfbert.studies.bench import arguments, flops, harness, inputs, sections
 from hfbert.studies.bench.contenders import PEERS, ContenderSpec, model_config
@@ -72,14 +73,29 @@ def test_work_ratio_is_transformers_flops_over_the_contenders(quick_report):
     text = render(quick_report)
     assert "| work ratio |" in text and "| 1.00x | 1.00x |" in text  # transformers: speed-up and work ratio
     config = model_config("mini", 500, quick=True)
-    call = {"tokens": 50, "rows": 4, "width": 16, "supervised": 8}  # 14 of the 64 positions are padding
+    call = {"tokens": 50, "lengths": [16, 16, 10, 8], "rows": 4, "width": 16, "supervised": 8}  # 14 of 64 padding
     theirs, ours = PEERS["transformers"], PEERS["hfbert"]
-    assert flops.contender_flops(config, theirs, call) == flops.train_flops(config, 64, 16, 4, 8, True)
-    assert flops.contender_flops(config, ours, call) == flops.train_flops(config, 50, 16, 4, 8, False)
-    assert flops.contender_flops(config, PEERS["hfbert+compile"], call) == flops.train_flops(config, 64, 16, 4, 8,
-                                                                                              False)
+    assert flops.contender_flops(config, theirs, call) == flops.training_flops(
+        config, call["lengths"], 8, padded_width=16, logits_everywhere=True)
+    assert flops.contender_flops(config, ours, call) == flops.training_flops(config, call["lengths"], 8)
+    assert flops.contender_flops(config, PEERS["hfbert+compile"], call) == flops.training_flops(
+        config, call["lengths"], 8, padded_width=16)
     assert flops.work_ratio(config, ContenderSpec("hfbert", backend="eager"), theirs, [call]) == pytest.approx(
-        flops.train_flops(config, 64, 16, 4, 8, True) / flops.train_flops(config, 50, 16, 4, 8, False))
+        flops.contender_flops(config, theirs, call) / flops.contender_flops(config, ours, call))
+    assert flops.model_flops(config, call) == flops.contender_flops(config, ours, call)  # MFU: the useful work
+
+
+def test_training_flops_against_a_hand_count():
+    """One layer, d = 4, I = 8, V = 10; rows of 3 and 2 real tokens padded to 4, 2 supervised positions."""
+    config = HfBertConfig(vocab_size=10, hidden_size=4, num_hidden_layers=1, num_attention_heads=1,
+                          intermediate_size=8)
+    dense = 4 * 4 * 4 + 2 * 4 * 8  # Q, K, V, output projections + feed-forward, per position: 128 multiply-adds
+    head = 4 * 4 + 4 * 10  # MLM transform + vocabulary projection, per position with logits: 56
+    pooler = 4 * 4 + 2 * 4  # pooler + NSP classifier, per row: 24
+    real = 5 * dense + (3 * 3 + 2 * 2) * 2 * 4 + 2 * head + 2 * pooler  # QK^T and AV over each row's real tokens
+    padded = 8 * dense + (4 * 4 + 4 * 4) * 2 * 4 + 8 * head + 2 * pooler  # every position, logits at all 8
+    assert flops.training_flops(config, [3, 2], 2) == 6 * real == 6 * 904
+    assert flops.training_flops(config, [3, 2], 2, padded_width=4, logits_everywhere=True) == 6 * padded == 6 * 1776
 
 
 def test_a_row_per_attention_backend(tmp_path):

@@ -36,7 +36,9 @@ Work ratio. Each pretraining row also carries transformers' model FLOPs per step
 batches (``contender_flops``: transformers runs the encoder on every padded position and computes vocabulary logits
 at every position; hfbert runs the encoder on the real tokens, the padded ones when compiled, and the logits at the
 supervised positions only). It is the speed-up the contender would have at equal FLOP efficiency, so beside the
-measured speed-up it shows how much of a lead is less work and how much is faster work.
+measured speed-up it shows how much of a lead is less work and how much is faster work. The FLOPs are
+:func:`.flops.training_flops` (attention counted over the real tokens of each row, or over the padded width where
+the encoder runs padded).
 
 Memory. Peak tensor memory is the largest amount of tensor memory live at any moment of one training step: the
 bytes held before the step (parameters and AdamW state, identical on both sides) plus the peak of the running sum
@@ -55,7 +57,8 @@ for its rows. torch's FlexAttention has no backward on CPU, so there its pretrai
 no dropout (the row's ``attention_dropout`` is 0).
 
 On CUDA (``--device cuda``) the step runs under bf16 autocast; the JSON then also carries the model FLOPs
-utilisation of each run when ``--peak_tflops`` is given.
+utilisation of each run when ``--peak_tflops`` is given, of the useful work (:func:`.flops.model_flops`: the same
+FLOPs for every contender, as ``scripts/gpu_check.py`` counts them).
 
 The modules: ``arguments`` (the options, their full-run and ``--quick`` values), ``contenders`` (what each contender
 is, and its models), ``inputs`` (the corpus and the batches), ``harness`` (timing, alternation, memory), ``flops``

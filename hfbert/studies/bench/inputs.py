@@ -208,9 +208,11 @@ def uniform_draw(sentences: list[list[int]], batch_size: int, length: int, token
 
 
 def pretraining_stats(batch: dict) -> dict:
-    """What the harness records of a pretraining batch: real tokens, rows, padded width, supervised positions."""
+    """What the harness records of a pretraining batch: real tokens (in all and per row), rows, padded width,
+    supervised positions."""
     rows, width = batch["input_ids"].shape
-    return {"tokens": int(batch["attention_mask"].sum()), "rows": rows, "width": width,
+    lengths = batch["attention_mask"].sum(1).tolist()
+    return {"tokens": sum(lengths), "lengths": lengths, "rows": rows, "width": width,
             "supervised": int((batch["labels"] != -100).sum())}
 
 

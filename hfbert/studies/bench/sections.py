@@ -30,7 +30,7 @@ from .contenders import (
     with_attention,
     without_attention_dropout,
 )
-from .flops import train_flops, work_ratio
+from .flops import model_flops, work_ratio
 from .harness import (
     WARMUP_STEPS,
     Contender,
@@ -138,9 +138,7 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
             result[name]["attention_dropout"] = 0.0
         result[name]["work_ratio"] = work_ratio(config, spec, PEERS[BASELINE], contender.timed(WARMUP_STEPS))
         if device.type == "cuda" and args.peak_tflops:
-            flops = sum(train_flops(config, c["tokens"], c["width"], c["rows"], c["supervised"],
-                                    vocab_logits_everywhere=spec.logits_everywhere)
-                        for c in contender.timed(WARMUP_STEPS))
+            flops = sum(model_flops(config, c) for c in contender.timed(WARMUP_STEPS))
             result[name]["mfu"] = flops / sum(times[name]) / (args.peak_tflops * 1e12)
     for name, model in models.items():  # one untimed step each, on the same next batch
         _, batch = stream.next(name)
