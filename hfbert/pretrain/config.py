@@ -215,6 +215,11 @@ class PretrainConfig(ExampleSettings):
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def model_config(self, vocab_size: int = 16, pad_token_id: int = 0) -> HfBertConfig:
+        """The fresh model's :class:`HfBertConfig`: ``preset`` with the ``model`` overrides, for a vocabulary of
+        ``vocab_size`` (before the tokenizer is known, a placeholder: every other value is already final)."""
+        return HfBertConfig.from_preset(self.preset, vocab_size=vocab_size, pad_token_id=pad_token_id, **self.model)
+
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> PretrainConfig:
         if not isinstance(values, dict):
@@ -346,7 +351,7 @@ def _check_model_overrides(c: PretrainConfig) -> None:
     if "vocab_size" in c.model:
         raise ConfigError("set the vocabulary size with vocab_size (or tokenizer), not model.vocab_size")
     try:
-        HfBertConfig.from_preset(c.preset, vocab_size=max(c.vocab_size, 16), **c.model).check_values()
+        c.model_config(vocab_size=max(c.vocab_size, 16)).check_values()
     except (TypeError, ValueError) as err:
         raise ConfigError(f"bad model setting (preset {c.preset!r}, model {c.model}): {err}") from None
 
@@ -367,8 +372,7 @@ def resolve_phases(c: PretrainConfig, prepared_lengths: list[int] | None = None)
         raw = DEFAULT_PHASES
     _require(len(raw) > 0, "phases is an empty list")
     # a pretrained model's positions are checked when it is found (hfbert.pretrain.loop)
-    positions = 512 if c.init_from is not None else HfBertConfig.from_preset(
-        c.preset, vocab_size=16, **c.model).max_position_embeddings
+    positions = 512 if c.init_from is not None else c.model_config().max_position_embeddings
     allowed = {"max_seq_length", "steps", "fraction", "batch_size"}
     for number, phase in enumerate(raw, start=1):
         _require(isinstance(phase, dict), f"phase {number} must be a mapping, got {phase!r}")

@@ -132,8 +132,7 @@ def build_model(origin: Origin, config: PretrainConfig, data, model_init=None):
     (resuming) the architecture the checkpoint's weights are loaded into."""
     tokenizer = data.tokenizer
     if origin.model_config is None:
-        model_config = HfBertConfig.from_preset(
-            config.preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **config.model)
+        model_config = config.model_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
     else:
         model_config = origin.model_config
     for corpus in data.corpora.values():
