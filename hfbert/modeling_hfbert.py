@@ -314,15 +314,21 @@ class HfBertPreTrainingHeads(nn.Module):
 MLM_ROW_BUCKET = 64
 
 
-def _masked_lm(predictions: HfBertLMPredictionHead, sequence_output, labels, num_items_in_batch=None):
+def _masked_lm(predictions: HfBertLMPredictionHead, sequence_output, labels, num_items_in_batch=None,
+               positions=None):
     """Vocabulary logits (M, V) at the supervised positions only, and their cross-entropy.
 
     A (M, D) x (D, V) product instead of (B*T, D) x (D, V): about 15% of the head's work at the usual masking rate,
-    and B x T x V logits are never built.
+    and B x T x V logits are never built. ``positions`` (M,): the supervised positions in the flattened batch, in
+    row-major order, when the caller knows them; else they are found in ``labels``.
     """
     _check_labels_shape(labels, sequence_output.shape[:2])
-    supervised = labels != IGNORE_INDEX  # (B, T)
-    states, targets = sequence_output[supervised], labels[supervised]  # (M, D), (M,) in row-major order
+    if positions is None:
+        supervised = labels != IGNORE_INDEX  # (B, T)
+        states, targets = sequence_output[supervised], labels[supervised]  # (M, D), (M,) in row-major order
+    else:
+        states = sequence_output.flatten(0, 1).index_select(0, positions)
+        targets = labels.flatten().index_select(0, positions)
     count = targets.shape[0]
     extra = -count % MLM_ROW_BUCKET
     logits = predictions(F.pad(states, (0, 0, 0, extra)))  # (M + extra, V); the extra rows are not supervised
@@ -574,11 +580,15 @@ class HfBertForPreTraining(HfBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         next_sentence_label: torch.LongTensor | None = None,
         packed_rows: PackedRows | None = None,
+        supervised_positions: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> HfBertForPreTrainingOutput:
         r"""``labels`` (B, T): the original token at supervised positions, -100 elsewhere. ``next_sentence_label``
-        (B,): 0 when B is the actual next segment, 1 when it is random. ``packed_rows``: where the real tokens are
-        (``PackedRows.from_lengths``), from a caller whose labels are on real tokens only (the pretraining collator)."""
+        (B,): 0 when B is the actual next segment, 1 when it is random. What a caller knows of the batch, so that
+        the model need not find it on the device: ``packed_rows``, where the real tokens are
+        (``PackedRows.from_lengths``; the labels must then be on real tokens only, as the pretraining collator's
+        are), and ``supervised_positions`` (M,), where ``labels`` is not -100 in the flattened (B * T) batch, in
+        order."""
         padding_free = True if packed_rows is not None else _padding_unread(labels, attention_mask)
         outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                             position_ids=position_ids, inputs_embeds=inputs_embeds, padding_free=padding_free,
@@ -588,7 +598,7 @@ class HfBertForPreTraining(HfBertPreTrainedModel):
         mlm_loss = nsp_loss = loss = None
         if labels is not None:
             prediction_logits, mlm_loss = _masked_lm(self.cls.predictions, sequence_output, labels,
-                                                     kwargs.get("num_items_in_batch"))
+                                                     kwargs.get("num_items_in_batch"), supervised_positions)
         else:
             prediction_logits = self.cls.predictions(sequence_output)  # (B, T, V)
         if next_sentence_label is not None:

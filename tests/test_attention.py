@@ -312,7 +312,9 @@ def test_packing_from_the_lengths_on_the_host_is_the_packing_the_mask_gives(monk
     looked = []
     monkeypatch.setattr(unpadding_hfbert.PackedRows, "from_mask", classmethod(lambda cls, mask: looked.append(1)))
     torch.manual_seed(0)
-    given_out = model(**inputs, labels=labels, next_sentence_label=nsp, packed_rows=given)
+    positions = (labels.flatten() != -100).nonzero().squeeze(1)
+    given_out = model(**inputs, labels=labels, next_sentence_label=nsp, packed_rows=given,
+                      supervised_positions=positions)
     assert not looked
     assert torch.equal(found_out.loss, given_out.loss)
     assert torch.equal(found_out.prediction_logits, given_out.prediction_logits)

@@ -7,6 +7,7 @@ import json
 import threading
 
 import pytest
+import torch
 
 from hfbert import HfBertForPreTraining
 from hfbert.data import prepare_corpus
@@ -161,8 +162,9 @@ def test_a_checkpoint_written_before_the_log_sums_were_renamed_resumes_its_sums(
 
 
 def test_a_training_step_packs_its_rows_without_looking_at_the_mask_on_the_device(folder, tmp_path, monkeypatch):
-    """Where a micro-batch's real tokens sit is found on the host when the batch is read (in the read-ahead
-    thread), from the rows' lengths; the training thread never searches a mask for it (a host sync on a GPU)."""
+    """Where a micro-batch's real tokens and supervised labels sit is found on the host when the batch is read (in
+    the read-ahead thread), from the rows' lengths and the labels; the training thread never searches the mask or
+    the labels on the device for them (a host sync on a GPU)."""
     from hfbert import unpadding_hfbert
 
     rows, calls = unpadding_hfbert.PackedRows, []
@@ -179,7 +181,21 @@ def test_a_training_step_packs_its_rows_without_looking_at_the_mask_on_the_devic
         def on_step_end(self, step, model, **kwargs):
             self.during = list(calls)  # the evaluations come after the last step's end
 
+    class Told(HfBertForPreTraining):
+        """Records what the loop tells the model of each training batch."""
+
+        told = []
+
+        def forward(self, *args, packed_rows=None, supervised_positions=None, **kwargs):
+            if self.training:
+                labels = kwargs["labels"]
+                Told.told.append(packed_rows is not None and torch.equal(
+                    supervised_positions, (labels.flatten() != -100).nonzero().squeeze(1)))
+            return super().forward(*args, packed_rows=packed_rows, supervised_positions=supervised_positions,
+                                   **kwargs)
+
     watch = Watch()
-    pretrain(job(folder, tmp_path / "run", eval_steps=100), callbacks=[watch])
+    pretrain(job(folder, tmp_path / "run", eval_steps=100), callbacks=[watch], model_init=Told)
     assert sum(name == "from_lengths" for name, _ in watch.during) >= 6  # every micro-batch read so far
     assert {thread for _, thread in watch.during} == {"hfbert-read-ahead_0"}, watch.during
+    assert len(Told.told) == 6 and all(Told.told)  # every step was told where its rows and labels are

@@ -463,18 +463,20 @@ def training_batch(corpus: PreparedCorpus, collator: DataCollatorForBertPretrain
     """Process ``rank``'s share of micro-batch ``micro``: its rows gathered into arrays and collated (masks from a
     keys of :meth:`BatchPlan.mask_streams`, torch's RNG untouched, so this can run in another thread),
     and what the loop knows on the host instead of asking the device: the supervised labels in row-major order
-    (``targets``), their number (``supervised``), the real tokens (``tokens``) and where they sit (``packed``, the
-    model's ``packed_rows``; None when the batch has no padding)."""
+    (``targets``), where they are in the flattened batch (``positions``, the model's ``supervised_positions``),
+    their number (``supervised``), the real tokens (``tokens``) and where those sit (``packed``, the model's
+    ``packed_rows``)."""
     arrays = corpus.read_arrays("train", plan.rows(micro, rank), {"input_ids": collator.pad_token_id})
     batch = collator.collate_arrays(arrays, plan.mask_streams(micro, rank))
     labels = batch["labels"]
     lengths = arrays["input_ids_length"]
-    counts = {"targets": labels[labels != IGNORE_INDEX], "tokens": int(lengths.sum()),
+    positions = (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)
+    counts = {"targets": labels.flatten()[positions], "positions": positions, "tokens": int(lengths.sum()),
               "packed": PackedRows.from_lengths(torch.from_numpy(np.asarray(lengths)), labels.shape[1])}
     counts["supervised"] = int(counts["targets"].numel())
     if pin_memory:  # page-locked, so the copy to the GPU can overlap the step before it
         batch = {name: tensor.pin_memory() for name, tensor in batch.items()}
-        counts["targets"] = counts["targets"].pin_memory()
+        counts["targets"], counts["positions"] = counts["targets"].pin_memory(), counts["positions"].pin_memory()
         counts["packed"] = counts["packed"] and counts["packed"].pin_memory()
     return batch, counts
 

@@ -45,7 +45,7 @@ from ..arguments import UsageError, run_command
 from ..data.prepared import PreparedDataError
 from ..data.remote import ShardReadError
 from ..hub import HubPushError
-from ..modeling_hfbert import IGNORE_INDEX, HfBertPreTrainedModel
+from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
 from .callbacks import CallbackHandler, DefaultSchedule, PretrainCallback, TrainingControl
 from .checkpointing import DiskFullError, from_main, save_checkpoint, seed_step, settle
@@ -326,10 +326,10 @@ class _Loop:
             corpus = data.corpora[phase.max_seq_length]
             corpus.set_cache(max(corpus.cached_blocks, plan.cache_blocks))
         self.pin_memory = accelerator.device.type == "cuda"
-        # hfbert's own model takes where the real tokens are, found on the host with the batch (a compiled graph
-        # runs padded); a model from model_init finds them itself.
-        self.packs_rows = (isinstance(accelerator.unwrap_model(model), HfBertPreTrainedModel)
-                           and not config.torch_compile)
+        # hfbert's own model takes where the real tokens and the supervised labels are, found on the host with the
+        # batch (a compiled graph runs padded); another model from model_init finds them itself.
+        self.takes_layout = (isinstance(accelerator.unwrap_model(model), HfBertForPreTraining)
+                             and not config.torch_compile)
         self.read_ahead = ReadAhead(lambda key: self.micro_batch(phases[key[0]], key[1]),
                                     depth=READ_AHEAD_STEPS * config.gradient_accumulation_steps)
         self.data_seconds = 0.0  # the mean wait for data per step over the last log line's steps
@@ -402,9 +402,9 @@ class _Loop:
         every micro-batch has the same number of pairs, so each one's mean weighs ``1 / accumulation``.
 
         The loop itself waits for the device once per step: the statistics after the backward passes, which the
-        divergence check needs before the update. Where each micro-batch's real tokens sit comes with it, found on
-        the host from the rows' lengths (``packed_rows``), so the model packs them without asking the device. (The
-        forward has data-dependent shapes of its own: the supervised positions it gathers.)
+        divergence check needs before the update. Where each micro-batch's real tokens and supervised labels sit
+        comes with it, found on the host when it was read (``packed_rows``, ``supervised_positions``), so the
+        model's data-dependent shapes need no wait for the device either.
         """
         accelerator, config, step = self.accelerator, self.config, self.state.step
         phase = self.phase_at(step)
@@ -422,8 +422,9 @@ class _Loop:
                 failure = err
                 break
             batches.append({name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()})
+            on_device = {name: host[name].to(device, non_blocking=True) for name in ("targets", "positions")}
             packed = host["packed"] and host["packed"].to(device, non_blocking=True)
-            counts.append({**host, "targets": host["targets"].to(device, non_blocking=True), "packed": packed})
+            counts.append({**host, **on_device, "packed": packed})
             data_seconds += waited
         # The step's supervised count, whether any process is past the time limit, which could not read its rows.
         shared = torch.zeros(2 + accelerator.num_processes, dtype=torch.float64, device=device)
@@ -442,8 +443,9 @@ class _Loop:
             # Gradients are all-reduced only on the last micro-batch of the step.
             sync = contextlib.nullcontext() if k == accumulation - 1 else accelerator.no_sync(self.model)
             with sync:
-                packing = {"packed_rows": counts[k]["packed"]} if self.packs_rows else {}
-                outputs = self.model(**batch, num_items_in_batch=num_items, **packing)  # MLM: token sum / num_items
+                known = ({"packed_rows": counts[k]["packed"], "supervised_positions": counts[k]["positions"]}
+                         if self.takes_layout else {})
+                outputs = self.model(**batch, num_items_in_batch=num_items, **known)  # MLM: token sum / num_items
                 accelerator.backward(outputs.mlm_loss + outputs.nsp_loss / accumulation)
             totals += _batch_stats(outputs, batch, num_items, counts[k])
         totals = accelerator.reduce(totals, reduction="sum").cpu()  # the step's one wait for the device
