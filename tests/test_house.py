@@ -274,7 +274,17 @@ Path("pretrain.json").write_text(json.dumps({
     "fill_mask_text": "She was [MASK] happy."}))
 assert main(["pretrain", "--config", "pretrain.json"]) == 0
 assert main(["convert", "pretrained", "as_bert"]) == 0
+from hfbert.evaluation import load_suite
+assert [t.name for t in load_suite("glue").tasks][:2] == ["cola", "sst2"] and load_suite("local").tasks
+Path("sentences.jsonl").write_text("".join(json.dumps({"text": line.strip() or ".", "label": i % 2}) + "\\n"
+                                           for i, line in enumerate(lines[:40])), encoding="utf-8")
+Path("suite.yaml").write_text(json.dumps({"name": "mini", "tasks": [{
+    "name": "parity", "type": "classification", "file": "sentences.jsonl", "validation_rows": 8, "epochs": 1,
+    "max_length": 32, "batch_size": 8, "columns": {"text": "text", "label": "label"}, "metric": "eval_accuracy"}]}))
+assert main(["evaluate", "pretrained", "--suite", "suite.yaml", "--seeds", "1", "--output_dir", "evaluated",
+             "--progress_bar", "false"]) == 0
 print(json.dumps({
+    "evaluated": sorted(json.loads(Path("evaluated/results.json").read_text())["tasks"]),
     "card": Path("pretrained/README.md").read_text(encoding="utf-8"),
     "converted": json.loads(Path("as_bert/config.json").read_text())["model_type"],
     "prepared": sorted(p.name for p in Path("prepared").iterdir()),
@@ -315,7 +325,8 @@ def test_the_wheel_ships_the_templates_the_corpus_and_the_metrics(installed):
     names = set(subprocess.run([sys.executable, "-m", "zipfile", "-l", str(wheel)], capture_output=True, text=True,
                                check=True).stdout.split())
     assert {"hfbert/model_cards/finetuned.md", "hfbert/model_cards/pretrained.md",
-            "hfbert/corpora/en_austen_6novels.txt.gz"} <= names
+            "hfbert/corpora/en_austen_6novels.txt.gz", "hfbert/evaluation/suites/glue.yaml",
+            "hfbert/evaluation/suites/local.yaml", "hfbert/recipes/finetune_ner.py"} <= names
     assert {f"hfbert/metrics/{name}/{name}.py" for name in hfbert.metrics.NAMES} <= names  # evaluate.load reads them
 
 
@@ -332,6 +343,7 @@ def test_every_command_runs_from_the_installed_wheel(installed, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["converted"] == "bert"
+    assert result["evaluated"] == ["parity"]  # hfbert evaluate with the recipes and suites inside the wheel
     assert "masked language modelling" in result["card"]  # rendered from the template inside the wheel
     assert "hfbert_prepare.json" in result["prepared"], result["prepared"]
 

@@ -113,7 +113,7 @@ def eval_results(summary: Mapping[str, Any], suite: Suite) -> list[EvalResult]:
     n = len(summary["seeds"])
     for task in suite.tasks:
         scores = summary["tasks"][task.name]["scores"]
-        dataset = task.dataset or task.dataset_name or Path(task.file or task.train_file).stem
+        dataset = task.dataset or Path(task.file or task.train_file).stem  # an id: the Hub's, or the file's name
         for metric in task.metrics:
             score = scores[metric]
             results.append(EvalResult(

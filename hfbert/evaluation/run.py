@@ -71,13 +71,17 @@ class EvaluateArguments:
     progress_bar: bool = field(default=True, metadata={"help": "show a progress bar over the runs"})
 
     def __post_init__(self):
-        if not self.seeds:
-            raise UsageError("--seeds needs at least one seed")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise UsageError(f"--seeds {self.seeds} repeats a seed")
+        _check_seeds(self.seeds)
         for name in ("max_train_samples", "max_eval_samples"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise UsageError(f"--{name} must be >= 1, got {getattr(self, name)}")
+
+
+def _check_seeds(seeds: Sequence[int]) -> None:
+    if not seeds:
+        raise UsageError("--seeds needs at least one seed")
+    if len(set(seeds)) != len(seeds):
+        raise UsageError(f"--seeds {list(seeds)} repeats a seed")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,11 +109,13 @@ def evaluate(model: str, suite: str | Path | Suite, *, data_dir: str | Path | No
     """Run ``suite`` on ``model`` (see the module docstring) and return the summary written to ``results.json``.
     Raises UsageError before any training for a bad suite, data or model, EvaluationError when a run fails."""
     seeds = list(seeds)
+    _check_seeds(seeds)
     suite = _capped(check_settings(suite, data_dir, tasks), max_train_samples, max_eval_samples)
     if write_card and not Path(model).is_dir():
         raise UsageError(f"--write_card writes MODEL's README.md; {model} is not a folder")
     model_key = _model_fingerprint(model)
-    out = Path(output_dir) if output_dir is not None else Path("evaluation") / f"{Path(model).name}-{suite.name}"
+    name = Path(model).resolve().name if Path(model).is_dir() else str(model).replace("/", "--")
+    out = Path(output_dir) if output_dir is not None else Path("evaluation") / f"{name}-{suite.name}"
     out.mkdir(parents=True, exist_ok=True)
 
     from tqdm.auto import tqdm
