@@ -137,7 +137,8 @@ def evaluated(model_dir, suite_file, tmp_path_factory):
         code = main(["evaluate", str(model), "--suite", str(suite_file), "--seeds", "1", "2", "--output_dir",
                      str(out), "--write_card", "--progress_bar", "false"])
     assert code == 0
-    return {"model": model, "out": out, "runs": trainings.runs, "summary": json.loads((out / "results.json").read_text())}
+    summary = json.loads((out / "results.json").read_text())
+    return {"model": model, "out": out, "runs": trainings.runs, "summary": summary}
 
 
 def test_results_hold_every_task_its_spread_over_seeds_and_the_average(evaluated):

@@ -120,7 +120,8 @@ def eval_results(summary: Mapping[str, Any], suite: Suite) -> list[EvalResult]:
                 task_type=task.kind.hub_task, task_name=task.name, dataset_type=dataset,
                 dataset_name=task.dataset_name or dataset, dataset_config=task.config,
                 dataset_split=task.validation_split if task.dataset else "validation",
-                metric_type=METRIC_TYPES.get(metric, metric.removeprefix("eval_")), metric_value=round(score["mean"], 4),
+                metric_type=METRIC_TYPES.get(metric, metric.removeprefix("eval_")),
+                metric_value=round(score["mean"], 4),
                 metric_name=f"{metric.removeprefix('eval_')} (mean of {n} seeds, std {score['std']:.4f})",
             ))
     return results

@@ -325,9 +325,14 @@ def _local_files(task: SuiteTask, suite: Suite, data_dir) -> dict[str, Path]:
         path = Path(name).expanduser()
         path = path if path.is_absolute() else base / path
         if not path.is_file():
-            read_from = "--data_dir" if data_dir is not None else "the suite's folder (or --data_dir when given)"
-            raise UsageError(f"task {task.name!r}: {setting} {path} not found (relative paths are read from "
-                             f"{read_from})")
+            if data_dir is not None:
+                hint = "relative paths are read from --data_dir"
+            elif suite.path.parent == SUITE_DIR:
+                hint = (f"the packaged suite {suite.name!r} reads its files from --data_dir: give the folder that "
+                        "holds them")
+            else:
+                hint = "relative paths are read from the suite file's folder, or from --data_dir when given"
+            raise UsageError(f"task {task.name!r}: {setting} {path} not found ({hint})")
         found[setting] = path
     return found
 
