@@ -17,6 +17,7 @@ import torch
 import yaml
 from huggingface_hub import ModelCard, hf_hub_download
 from hub_server import allow_hub_calls, start_hub
+from test_pretrain import assert_same_weights, corpus, prepared, settings  # noqa: F401  (fixtures)
 from test_recipes import _one_thread  # noqa: F401  (autouse: one thread per test)
 
 import hfbert
@@ -33,6 +34,7 @@ from hfbert.evaluation import (
     write_results_card,
 )
 from hfbert.hub import push_to_hub
+from hfbert.pretrain import main as pretrain_main
 from hfbert.pretrain.config import ConfigError, PretrainConfig
 from hfbert.tokenization import SPECIAL_TOKENS, bert_tokenizer_from_vocab
 
@@ -338,3 +340,23 @@ def test_evaluate_exported_scores_the_exported_folder_and_writes_its_card(model_
     assert Path(summary["output_dir"]).is_relative_to(exported / "runs")  # beside the logs, not pushed
     card = ModelCard.load(exported / "README.md")
     assert [r.task_name for r in card.data.eval_results] == ["polarity", "polarity"]
+
+
+def test_pretrain_with_a_suite_ends_with_its_scores_in_the_card_and_the_same_weights(prepared, suite_file, tmp_path):
+    """The suite runs on the exported folder after training (not a trajectory setting: the weights are those of the
+    same run without it), and its scores land in the card that a push would upload."""
+    one_task = _bad_suite(suite_file, tmp_path, lambda s: s.update(tasks=s["tasks"][:1]))
+    runs = {}
+    for name, extra in (("plain", {}), ("evaluated", {"evaluate_suite": str(one_task), "evaluate_seeds": [1]})):
+        values = settings([prepared[64]], tmp_path / name, max_steps=2, eval_steps=2, save_steps=2,
+                          fill_mask_text="She was [MASK] happy.", **extra)
+        config = tmp_path / f"{name}.json"
+        config.write_text(json.dumps(values))
+        assert pretrain_main(["--config", str(config)]) == 0
+        runs[name] = tmp_path / name
+    assert_same_weights(runs["plain"], runs["evaluated"])
+    card = ModelCard.load(runs["evaluated"] / "README.md")
+    assert {r.task_name for r in card.data.eval_results} == {"polarity"}
+    assert ModelCard.load(runs["plain"] / "README.md").data.eval_results is None
+    results = json.loads((runs["evaluated"] / "runs" / "evaluation" / "tiny" / "results.json").read_text())
+    assert list(results["tasks"]) == ["polarity"]

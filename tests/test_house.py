@@ -115,6 +115,72 @@ def test_no_path_leaves_the_package():
     assert not links, f"symbolic links in the package (a wheel does not keep them): {links}"
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# The package's shape: no import cycle, no private name across modules, no file too long to read
+
+MAX_LINES = 700
+# The model file reads like the paper, top to bottom, and travels to the Hub as one remote-code file, as
+# transformers' own modeling files do; it is the one file allowed past MAX_LINES.
+LONG_BY_DESIGN = {"modeling_hfbert.py"}
+
+
+def _package_imports() -> tuple[dict[str, set[str]], list[str]]:
+    """Each package module's module-level imports of other package modules, and every private name one module
+    imports from another (``from .x import _y``, anywhere in the file)."""
+    import ast
+
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph, private = {}, []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = set()
+        top_level = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = package.split(".")[: len(package.split(".")) - max(node.level - 1, 0)] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+            if not target or not target.startswith("hfbert"):
+                continue
+            for alias in node.names:
+                imported = f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target
+                if id(node) in top_level and imported != name:
+                    graph[name].add(imported)
+                if imported == target and alias.name.startswith("_") and not alias.name.startswith("__"):
+                    private.append(f"{name} imports {target}.{alias.name}")
+    return graph, private
+
+
+def test_the_package_has_no_import_cycle_and_no_private_name_across_modules():
+    graph, private = _package_imports()
+    assert not private, private
+    done, path = set(), []
+
+    def visit(module):  # depth first: a module met again on the current path closes a cycle
+        assert module not in path, " -> ".join([*path[path.index(module):], module])
+        if module in done:
+            return
+        path.append(module)
+        for imported in sorted(graph.get(module, ())):
+            if not module.startswith(imported + "."):  # a module imports its own package's __init__ first
+                visit(imported)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+
+
+def test_no_package_file_is_too_long_to_read():
+    long = {str(p.relative_to(REPO)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES and p.name not in LONG_BY_DESIGN}
+    assert not long, long
+
+
 def test_card_templates_ship_in_the_package():
     assert TEMPLATE_DIR.is_dir() and not TEMPLATE_DIR.is_symlink() and TEMPLATE_DIR.parent == PACKAGE
     assert {p.name for p in TEMPLATE_DIR.glob("*.md")} == {"finetuned.md", "pretrained.md"}

@@ -9,7 +9,8 @@ writes them), the ``tiny`` preset with short sequences first, a few minutes on a
 The loop (after transformers' ``run_mlm_no_trainer.py`` and accelerate's ``nlp_example.py``) reads like the job:
 
     settings -> data (prepared corpora, tokenizer, held-out batches) -> model + optimizer + schedule
-    -> [resume] -> train (log, evaluate, checkpoint) -> evaluate -> export (save_pretrained, card, curve) -> push
+    -> [resume] -> train (log, evaluate, checkpoint) -> evaluate -> export (save_pretrained, card, curve)
+    -> [downstream evaluation, --evaluate_suite] -> push
 
 What makes it exactly resumable: batches come from :class:`~hfbert.pretrain.data.BatchPlan` (rows by arithmetic on
 the step), dynamic masks drawn row by row from (seed, phase, epoch, row), dropout from generators seeded by (seed, step,
@@ -44,6 +45,7 @@ from tqdm.auto import tqdm
 from ..arguments import UsageError, run_command
 from ..data.prepared import PreparedDataError
 from ..data.remote import ShardReadError
+from ..evaluation import EvaluationError, evaluate_exported
 from ..hub import HubPushError
 from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
@@ -185,6 +187,8 @@ def pretrain(config: PretrainConfig, *, callbacks: list[PretrainCallback] | None
     finally:
         settle()  # gloo lets go of the last exchange's tensors before its process group goes
         accelerator.end_training()
+    if accelerator.is_main_process:
+        evaluate_exported(config)  # --evaluate_suite: fine-tuned downstream, the scores into the card
     if config.push_to_hub and accelerator.is_main_process:
         push(config)
     return result
@@ -641,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         except StoppedByAnotherProcess:
             return 1
-        except HubPushError as err:  # the model is exported; only the upload failed (main process)
+        except (HubPushError, EvaluationError) as err:  # the model is exported; the upload or the evaluation failed
             print(f"{parser.prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
             return 1
         except (TrainingDivergedError, DiskFullError, StepDataError, *DATA_ERRORS) as err:
