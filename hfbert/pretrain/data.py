@@ -468,17 +468,25 @@ def training_batch(corpus: PreparedCorpus, collator: DataCollatorForBertPretrain
     ``packed_rows``)."""
     arrays = corpus.read_arrays("train", plan.rows(micro, rank), {"input_ids": collator.pad_token_id})
     batch = collator.collate_arrays(arrays, plan.mask_streams(micro, rank))
-    labels = batch["labels"]
-    lengths = arrays["input_ids_length"]
-    positions = (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)
+    labels, lengths = batch["labels"], torch.from_numpy(np.asarray(arrays["input_ids_length"]))
+    layout = host_layout(labels, lengths)
+    positions = layout["supervised_positions"]
     counts = {"targets": labels.flatten()[positions], "positions": positions, "tokens": int(lengths.sum()),
-              "packed": PackedRows.from_lengths(torch.from_numpy(np.asarray(lengths)), labels.shape[1])}
+              "packed": layout["packed_rows"]}
     counts["supervised"] = int(counts["targets"].numel())
     if pin_memory:  # page-locked, so the copy to the GPU can overlap the step before it
         batch = {name: tensor.pin_memory() for name, tensor in batch.items()}
         counts["targets"], counts["positions"] = counts["targets"].pin_memory(), counts["positions"].pin_memory()
         counts["packed"] = counts["packed"] and counts["packed"].pin_memory()
     return batch, counts
+
+
+def host_layout(labels: torch.Tensor, lengths: torch.Tensor) -> dict[str, Any]:
+    """What :class:`~hfbert.HfBertForPreTraining` would otherwise find on the device, found on the host from a
+    right-padded batch's MLM ``labels`` (B, T) and its rows' ``lengths`` (B,): ``packed_rows`` and
+    ``supervised_positions``, the model's keyword arguments."""
+    return {"packed_rows": PackedRows.from_lengths(lengths, labels.shape[1]),
+            "supervised_positions": (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)}
 
 
 class ReadAhead:

@@ -25,6 +25,7 @@ from ...data import (
     split_sentences,
 )
 from ...data.sources import BUILTIN_CORPUS
+from ...pretrain.data import host_layout
 from ...tokenization import train_wordpiece
 
 if TYPE_CHECKING:
@@ -164,7 +165,9 @@ def pretraining_draw(corpus: BenchCorpus, length: int, batch_size: int, args: Be
             order = rng.permutation(len(pairs)).tolist()
         chosen, order = order[:batch_size], order[batch_size:]
         columns = pairs[chosen]
-        return collator([dict(zip(columns, values)) for values in zip(*columns.values())])
+        batch = collator([dict(zip(columns, values)) for values in zip(*columns.values())])
+        # What hfbert pretrain finds on the host when it reads a batch (off the step), for the contenders that take it.
+        return {**batch, **host_layout(batch["labels"], batch["attention_mask"].sum(1))}
 
     return draw
 

@@ -112,11 +112,16 @@ def bench_pretraining(preset: str, length: int, batch_size: int, corpus: BenchCo
     # The same optimizer on every side; the fused kernel is the fastest torch offers on CPU and CUDA alike.
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True) for name, model in models.items()}
 
+    layout = ("packed_rows", "supervised_positions")  # found on the host with the batch, as hfbert pretrain does
+
     def step(name: str, batch: dict) -> None:
         model, optimizer = models[name], optimizers[name]
+        spec = specs[name]
+        takes_layout = spec.library == "hfbert" and not spec.compiled  # as the loop decides
+        inputs = {k: v for k, v in batch.items() if takes_layout or k not in layout}
         model.train()
         with autocast(device):
-            loss = model(**batch).loss
+            loss = model(**inputs).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
