@@ -6,10 +6,14 @@ hfbert pretrain's settings."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import shutil
 import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -181,6 +185,35 @@ def test_resume_runs_only_what_is_missing_or_incomplete(evaluated, monkeypatch):
     evaluate(str(evaluated["model"]), before["suite_file"], seeds=[1, 2, 3], output_dir=out, resume=True,
              tasks=["polarity"], progress=False)
     assert trainings.runs == [("polarity", "3")]
+
+
+def test_a_killed_evaluation_resumes_with_the_runs_it_had_not_finished(model_dir, suite_file, tmp_path, monkeypatch):
+    """SIGKILL of a real ``hfbert evaluate`` process as soon as its first run's result is written; ``--resume``
+    then trains exactly the runs without a result, and the finished one is kept, not redone."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "hfbert.cli", "evaluate", str(model_dir), "--suite", str(suite_file),
+               "--seeds", "1", "2", "--output_dir", str(out), "--progress_bar", "false"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+    deadline = time.monotonic() + 240
+    try:
+        while not list(out.glob(f"runs/*/seed-*/{RESULT_FILE}")) and time.monotonic() < deadline:
+            assert process.poll() is None, "the evaluation ended before it could be killed"
+            time.sleep(0.02)
+    finally:
+        process.kill()
+        process.wait()
+    finished = {(path.parts[-3], path.parts[-2].removeprefix("seed-"))
+                for path in out.glob(f"runs/*/seed-*/{RESULT_FILE}")}
+    assert len(finished) == 1 and not (out / "results.json").exists()
+    kept = {run: (out / "runs" / run[0] / f"seed-{run[1]}" / RESULT_FILE).read_bytes() for run in finished}
+    trainings = Trainings(monkeypatch)
+    assert main(["evaluate", str(model_dir), "--suite", str(suite_file), "--seeds", "1", "2", "--output_dir",
+                 str(out), "--resume", "--progress_bar", "false"]) == 0
+    every = {("polarity", "1"), ("polarity", "2"), ("people", "1"), ("people", "2")}
+    assert sorted(trainings.runs) == sorted(every - finished)
+    assert all((out / "runs" / r[0] / f"seed-{r[1]}" / RESULT_FILE).read_bytes() == data for r, data in kept.items())
+    assert set(json.loads((out / "results.json").read_text())["tasks"]) == {"polarity", "people"}
 
 
 def test_the_card_gets_model_index_and_one_results_table_and_goes_through_the_hub(evaluated, tmp_path, monkeypatch):

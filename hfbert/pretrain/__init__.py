@@ -11,7 +11,8 @@
 * :mod:`~hfbert.pretrain.tracking` -- the JSONL log that the curve, the model card and resumption read.
 
 ``python -m hfbert.pretrain`` and ``hfbert pretrain`` run :func:`main`; ``pretrain(config)`` is the same job as a
-function, and ``pretrain(config, callbacks=[...], model_init=...)`` lets a caller watch and steer it or supply the model.
+function, and ``pretrain(config, callbacks=[...], model_init=...)`` lets a caller watch and steer it or supply
+the model.
 """
 
 from .callbacks import DefaultSchedule, PretrainCallback, TrainingControl

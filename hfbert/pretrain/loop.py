@@ -13,10 +13,10 @@ The loop (after transformers' ``run_mlm_no_trainer.py`` and accelerate's ``nlp_e
     -> [downstream evaluation, --evaluate_suite] -> push
 
 What makes it exactly resumable: batches come from :class:`~hfbert.pretrain.data.BatchPlan` (rows by arithmetic on
-the step), dynamic masks drawn row by row from (seed, phase, epoch, row), dropout from generators seeded by (seed, step,
-process) at each step, and a checkpoint on the main process's disk holds model, optimizer, schedule and the sums
-since the last log line (:mod:`~hfbert.pretrain.checkpointing`). A resumed run computes bit for bit what an uninterrupted one does
-(fp32 on a CPU), on any number of machines, and logs the same lines.
+the step), dynamic masks drawn row by row from (seed, phase, epoch, row), dropout from generators seeded by (seed,
+step, process) at each step, and a checkpoint on the main process's disk holds model, optimizer, schedule and the
+sums since the last log line (:mod:`~hfbert.pretrain.checkpointing`). A resumed run computes bit for bit what an
+uninterrupted one does (fp32 on a CPU), on any number of machines, and logs the same lines.
 
 Outputs in ``output_dir``: ``config.json`` (with ``auto_map``) and ``model.safetensors`` plus the modeling files,
 the tokenizer files, ``README.md`` (model card), ``metrics.json``, ``loss_curve.png``, ``pretrain_config.json``;
