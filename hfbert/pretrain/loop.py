@@ -146,7 +146,9 @@ def pretrain(config: PretrainConfig, *, callbacks: list[PretrainCallback] | None
     after the seed is set; it must take the batches and return the outputs the loop reads, as that class does).
     Raises :class:`ConfigError` before any work for bad settings,
     :class:`TrainingDivergedError` when the loss stops being finite, :class:`~hfbert.pretrain.checkpointing.
-    DiskFullError` when a checkpoint or the export does not fit on the disk."""
+    DiskFullError` when a checkpoint or the export does not fit on the disk; once the model is exported,
+    :class:`~hfbert.evaluation.EvaluationError` when a run of ``evaluate_suite`` fails and
+    :class:`~hfbert.hub.HubPushError` when the push does."""
     # The job's own schedule first, then the caller's callbacks (a wrong one fails before any work).
     handler = CallbackHandler([DefaultSchedule(config.logging_steps, config.eval_steps, config.save_steps),
                                *(callbacks or ())])
