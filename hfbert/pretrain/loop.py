@@ -143,7 +143,8 @@ def pretrain(config: PretrainConfig, *, callbacks: list[PretrainCallback] | None
     """The whole job; see the module docstring. ``callbacks``: :class:`~hfbert.pretrain.PretrainCallback` instances
     told of the run's events (:mod:`~hfbert.pretrain.callbacks`); ``model_init(model_config)``: the model to train
     instead of :class:`HfBertForPreTraining` (given the :class:`HfBertConfig` of the corpora's vocabulary, called
-    after the seed is set; it must take the batches and return the outputs the loop reads, as that class does).
+    after the seed is set; it must take the batches and return the outputs the loop reads, as that class does; a
+subclass of it is also given the batch's ``packed_rows`` and ``supervised_positions``).
     Raises :class:`ConfigError` before any work for bad settings,
     :class:`TrainingDivergedError` when the loss stops being finite, :class:`~hfbert.pretrain.checkpointing.
     DiskFullError` when a checkpoint or the export does not fit on the disk; once the model is exported,
