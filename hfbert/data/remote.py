@@ -633,7 +633,7 @@ def download_corpus(location: RemoteLocation, manifest_name: str, cache_dir: Pat
     try:
         described = Manifest.read(manifest, location.url)
         files, shards = described.tokenizer.files, [(s.file, int(s.bytes)) for s in described.shards()]
-    except (PreparedDataError, TypeError, ValueError):
+    except (TypeError, ValueError):  # PreparedDataError is a ValueError
         files, shards = [], []  # PreparedCorpus.open says what is wrong with the manifest
     scratch = cache_dir / "downloads" / f".{digest[:16]}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     scratch.mkdir(parents=True)
