@@ -24,7 +24,7 @@ _MODULE_OF = {
                     "modeling_hfbert"),
     **dict.fromkeys(["HfBertTokenizer", "train_wordpiece", "bert_tokenizer_from_vocab", "tokenize_dataset"],
                     "tokenization"),
-    "load_any_bert": "hub",
+    "load_any_bert": "model_source",
     "push_to_hub": "hub",
     "convert": "convert",
 }
@@ -45,7 +45,8 @@ if os.environ.get("HFBERT_LAZY_IMPORT") != "1":
         HfBertPreTrainedModel,
     )
     from .convert import convert
-    from .hub import load_any_bert, push_to_hub
+    from .hub import push_to_hub
+    from .model_source import load_any_bert
     from .tokenization import HfBertTokenizer, bert_tokenizer_from_vocab, tokenize_dataset, train_wordpiece
 else:
 

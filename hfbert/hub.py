@@ -1,4 +1,4 @@
-"""Push a trained folder to the Hugging Face Hub, fetch folders back, and load any BERT (hfbert or stock transformers).
+"""Push a trained folder to the Hugging Face Hub and fetch folders back, within a time limit.
 
 ``push_to_hub`` uploads a finished output folder -- a model (model, tokenizer, model card, metrics) or a dataset
 (``repo_type="dataset"``, e.g. a prepared pretraining corpus) -- in one commit, on ``main`` or on a branch it
@@ -6,9 +6,9 @@ creates when missing, and can tag the commit. It only reads the folder: whatever
 or silent, token refused, no write access) the local output is left exactly as it was, and the error says what
 happened and what to do.
 
-``download_snapshot`` fetches a whole repository (a model or a dataset) into the cache; ``load_any_bert`` loads an
-hfbert or a stock BERT checkpoint (a local folder or a Hub repository, at any revision) as the matching hfbert
-class, and refuses any other ``model_type`` with a message naming it.
+``download_snapshot`` fetches a whole repository (a model or a dataset) into the cache and ``read_config_any`` the
+``config.json`` of a folder or a repository. Loading a model from either is :mod:`hfbert.model_source`'s
+(``hfbert.load_any_bert``), which downloads through this module.
 
 Timeouts. huggingface_hub's shared HTTP client waits forever by default (and some of its calls ask for no limit),
 it retries a request that timed out or got an HTTP 5xx answer, up to five times with pauses between tries, and a
@@ -67,11 +67,10 @@ except ImportError:
     import httpx as _httpx
 
 from .arguments import CommandParser, UsageError, run_command
-from .convert import head_of, model_class
 
 __all__ = ["DEFAULT_IGNORE_PATTERNS", "DEFAULT_TIMEOUT", "MIN_TRANSFER_RATE", "TIMEOUT_ENV", "HubDownloadError",
            "HubPushError", "HubWaitExceeded", "PushArguments", "PushResult", "download_snapshot", "hub_timeout",
-           "load_any_bert", "main", "push_to_hub", "read_config_any", "resolve_timeout"]
+           "main", "push_to_hub", "read_config_any", "resolve_timeout"]
 
 logger = logging.getLogger(__name__)
 
@@ -558,28 +557,6 @@ def read_config_any(repo_or_dir: str | Path, *, revision: str | None = None, tok
         return json.loads(config_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"the config.json of {repo_or_dir} is not valid JSON: {err}") from err
-
-
-def load_any_bert(repo_or_dir: str | Path, head: str | None = None, *, revision: str | None = None,
-                  token: str | None = None, timeout: float | None = None, **kwargs: Any):
-    """Load an hfbert, a stock transformers BERT or a Google BERT checkpoint as the hfbert class for ``head``.
-
-    ``repo_or_dir`` is a local folder or a Hub repository (:func:`hfbert.model_source.locate`). ``head`` is a
-    class-name suffix ("ForMaskedLM", "Model", ...); by default the checkpoint's ``architectures`` (a Google
-    checkpoint: ``ForPreTraining``). Parameters the checkpoint lacks (a new task head) start fresh and, with the
-    weights the head does not use, are named in a warning. ``kwargs`` go to ``from_pretrained``; Hub calls run under :func:`hub_timeout` (``timeout`` seconds).
-    """
-    from .model_source import load_pretrained, locate  # it downloads through this module
-
-    source = locate(repo_or_dir, revision=revision, token=token, timeout=timeout)
-    if source.format == "google":
-        head = head or "ForPreTraining"
-    else:
-        head = head_of(read_config_any(source.folder), head, source=f"the config of {repo_or_dir}")
-    model, report = load_pretrained(source, model_class("hfbert", head), config=kwargs.pop("config", None), **kwargs)
-    if report.fresh or report.dropped or report.notes:
-        logger.warning("; ".join(report.lines()))
-    return model
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ A run starts its model in one of three ways: from a fresh initialisation (a pres
 checkpoint (``--init_from``), or from its own checkpoint (``--resume``: the weights and the optimizer's state come
 from the run's folder, and the pretrained source is not read again). This module is the pretrained case, shared by
 ``hfbert pretrain --init_from``, ``hfbert prepare --tokenizer``, the fine-tuning recipes and
-:func:`hfbert.hub.load_any_bert`. A source is any of:
+:func:`load_any_bert` (``hfbert.load_any_bert``). A source is any of:
 
 - an hfbert folder (``model_type: hfbert``, saved by hfbert),
 - a transformers BERT folder (``model_type: bert``), of any head: a bare ``BertModel``, ``BertForMaskedLM``, ...,
@@ -20,6 +20,7 @@ names them; weights the head does not use are dropped and named too (:class:`Loa
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,20 +34,22 @@ from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
 from .configuration_hfbert import HfBertConfig
-from .convert import detect_flavour, read_config
-from .hub import download_snapshot, hub_timeout, resolve_timeout
+from .convert import detect_flavour, head_of, model_class, read_config
+from .hub import download_snapshot, hub_timeout, read_config_any, resolve_timeout
 from .google_checkpoint import VOCAB_FILE, is_google_folder, read_google_checkpoint, read_google_config, vocab_is_cased
 from .tf_checkpoint import CheckpointError
 from .tokenization import bert_tokenizer_from_vocab, load_vocab
 
-__all__ = ["FORMATS", "LoadReport", "ModelSourceError", "PretrainedSource", "check_same_vocabulary", "load_pretrained",
-           "locate", "source_config", "source_tokenizer"]
+__all__ = ["FORMATS", "LoadReport", "ModelSourceError", "PretrainedSource", "check_same_vocabulary", "load_any_bert",
+           "load_pretrained", "locate", "source_config", "source_tokenizer"]
 
 FORMATS = {"hfbert": "an hfbert folder", "bert": "a transformers BERT folder", "google": "a Google BERT checkpoint"}
 # Files a Hub snapshot of a BERT needs; other frameworks' weights (TF/Flax/ONNX exports) are never downloaded.
 _HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.bin", "*.index", "*.data-*", "README.md"]
 _OTHER_WEIGHTS = ["tf_model.h5", "flax_model.msgpack", "*.onnx", "*.ot", "onnx/*", "openvino/*", "coreml/*"]
 _CONSTANT_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+
+logger = logging.getLogger(__name__)
 
 
 class ModelSourceError(ValueError):
@@ -119,6 +122,27 @@ def locate(name: str | Path, *, revision: str | None = None, token: str | None =
     except HfHubHTTPError as err:
         raise ModelSourceError(f"the Hub refused {name}: {str(err).splitlines()[0]}") from None
     return PretrainedSource(str(name), folder, _format_of(folder, str(name)), hub_id=str(name), revision=folder.name)
+
+
+def load_any_bert(repo_or_dir: str | Path, head: str | None = None, *, revision: str | None = None,
+                  token: str | None = None, timeout: float | None = None, **kwargs: Any):
+    """Load an hfbert, a stock transformers BERT or a Google BERT checkpoint as the hfbert class for ``head``.
+
+    ``repo_or_dir`` is a local folder or a Hub repository (:func:`locate`). ``head`` is a class-name suffix
+    ("ForMaskedLM", "Model", ...); by default the checkpoint's ``architectures`` (a Google checkpoint:
+    ``ForPreTraining``). Parameters the checkpoint lacks (a new task head) start fresh and, with the weights the head
+    does not use, are named in a warning. ``kwargs`` go to ``from_pretrained``; Hub calls run under
+    :func:`~hfbert.hub.hub_timeout` (``timeout`` seconds).
+    """
+    source = locate(repo_or_dir, revision=revision, token=token, timeout=timeout)
+    if source.format == "google":
+        head = head or "ForPreTraining"
+    else:
+        head = head_of(read_config_any(source.folder), head, source=f"the config of {repo_or_dir}")
+    model, report = load_pretrained(source, model_class("hfbert", head), config=kwargs.pop("config", None), **kwargs)
+    if report.fresh or report.dropped or report.notes:
+        logger.warning("; ".join(report.lines()))
+    return model
 
 
 def source_config(source: PretrainedSource, **overrides: Any) -> HfBertConfig:

@@ -13,7 +13,7 @@ from hub_server import BLOCK_HFBERT, run_client
 
 import hfbert
 from hfbert.convert import HEADS, convert, main, read_tokenizer
-from hfbert.hub import load_any_bert
+from hfbert.model_source import load_any_bert
 from hfbert.tokenization import SPECIAL_TOKENS, bert_tokenizer_from_vocab
 
 WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran", "home", "a", "big", "red", "##s", "##ed", ".", ",", "!"]

@@ -169,7 +169,7 @@ def test_casing_comes_from_the_vocabulary_and_a_contradicting_flag_warns(tmp_pat
 
 
 def test_the_recipes_and_load_any_bert_take_a_google_folder_directly():
-    from hfbert.hub import load_any_bert
+    from hfbert.model_source import load_any_bert
     from hfbert.tasks.loading import load_model, load_tokenizer
 
     classifier = load_model("sequence-classification", "hfbert", str(GOOGLE), num_labels=3).eval()

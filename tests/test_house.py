@@ -124,55 +124,114 @@ MAX_LINES = 700
 LONG_BY_DESIGN = {"modeling_hfbert.py"}
 
 
-def _package_imports() -> tuple[dict[str, set[str]], list[str]]:
-    """Each package module's module-level imports of other package modules, and every private name one module
-    imports from another (``from .x import _y``, anywhere in the file)."""
+def _modules(package: Path) -> dict[str, Path]:
+    """The dotted name of every module under ``package`` (a package is its ``__init__``)."""
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = (package.name, *path.relative_to(package).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _package_imports(package: Path = PACKAGE) -> tuple[dict[str, set[str]], list[str]]:
+    """Each module's imports of other modules of ``package`` wherever they stand (at the top, inside a function, an
+    ``if`` or a ``try``; ``import hfbert.x``, ``from . import x``, ``from .x import y``), and every private name one
+    module imports from another (``from .x import _y``)."""
     import ast
 
-    modules = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(REPO).with_suffix("").parts
-        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    modules = _modules(package)
+
+    def module_of(dotted: str) -> str | None:  # the longest prefix that is a module (a folder without __init__ is not)
+        parts = dotted.split(".")
+        return next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in modules), None)
+
     graph, private = {}, []
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        here = (name if path.name == "__init__.py" else name.rpartition(".")[0]).split(".")
         graph[name] = set()
-        top_level = {id(node) for node in tree.body}
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.ImportFrom):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join([*here[: len(here) - node.level + 1], *[node.module or ""]]) if node.level \
+                    else node.module
+                base = base.rstrip(".")
+                imported = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+                private += [f"{name} imports {base}.{alias.name}" for alias in node.names
+                            if f"{base}.{alias.name}" not in modules and alias.name.startswith("_")
+                            and not alias.name.startswith("__") and base.partition(".")[0] == package.name]
+            else:
                 continue
-            base = package.split(".")[: len(package.split(".")) - max(node.level - 1, 0)] if node.level else []
-            target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
-            if not target or not target.startswith("hfbert"):
-                continue
-            for alias in node.names:
-                imported = f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target
-                if id(node) in top_level and imported != name:
-                    graph[name].add(imported)
-                if imported == target and alias.name.startswith("_") and not alias.name.startswith("__"):
-                    private.append(f"{name} imports {target}.{alias.name}")
+            graph[name] |= {m for dotted in imported if (m := module_of(dotted)) and m != name}
     return graph, private
+
+
+def _import_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Every import cycle, at every depth: between modules, and between the packages that hold them (a module of
+    ``a`` importing ``b`` while a module of ``b`` imports ``a`` is a cycle too, whatever modules it goes through).
+    A module may import the packages above it (Python runs their ``__init__`` first anyway)."""
+    cycles = set()
+    for depth in range(1, max(name.count(".") for name in graph) + 1):
+        def unit(module: str) -> str:
+            return ".".join(module.split(".")[: depth + 1])
+
+        units: dict[str, set[str]] = {}
+        for module, imports in graph.items():
+            units.setdefault(unit(module), set()).update(
+                unit(imported) for imported in imports if not (unit(module) + ".").startswith(unit(imported) + "."))
+        done, path = set(), []
+
+        def visit(node: str) -> None:  # depth first: a node met again on the current path closes a cycle
+            if node in path:
+                cycle = path[path.index(node):]
+                first = cycle.index(min(cycle))  # one spelling per cycle, whichever node the search met first
+                cycles.add(" -> ".join([*cycle[first:], *cycle[:first], cycle[first]]))
+                return
+            if node in done:
+                return
+            path.append(node)
+            for imported in sorted(units.get(node, ())):
+                visit(imported)
+            path.pop()
+            done.add(node)
+
+        for node in sorted(units):
+            visit(node)
+    return sorted(cycles)
 
 
 def test_the_package_has_no_import_cycle_and_no_private_name_across_modules():
     graph, private = _package_imports()
     assert not private, private
-    done, path = set(), []
+    cycles = _import_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
-    def visit(module):  # depth first: a module met again on the current path closes a cycle
-        assert module not in path, " -> ".join([*path[path.index(module):], module])
-        if module in done:
-            return
-        path.append(module)
-        for imported in sorted(graph.get(module, ())):
-            if not module.startswith(imported + "."):  # a module imports its own package's __init__ first
-                visit(imported)
-        path.pop()
-        done.add(module)
 
-    for module in sorted(graph):
-        visit(module)
+# Cycles planted in a copy of the package, in each form an import takes: (file, code appended, what it ties).
+MODULES = ("hfbert.hub", "hfbert.model_source")
+PLANTED_CYCLES = {
+    "inside a function": ("hub.py", "def _planted():\n    from .model_source import locate\n", MODULES),
+    "inside a try": ("hub.py", "try:\n    import hfbert.model_source\nexcept ImportError:\n    pass\n", MODULES),
+    "inside an if": ("hub.py", "if __name__ == '__main__':\n    from . import model_source\n", MODULES),
+    "between packages": ("metrics/squad_scoring.py", "def _planted():\n    from ..tasks.qa import best_spans\n",
+                         ("hfbert.metrics", "hfbert.tasks")),
+}
+
+
+@pytest.mark.parametrize("where", PLANTED_CYCLES)
+def test_the_cycle_check_finds_a_cycle_planted_in_a_copy_of_the_package(tmp_path, where):
+    file, planted, tied = PLANTED_CYCLES[where]
+    copy = tmp_path / PACKAGE.name
+    shutil.copytree(PACKAGE, copy, ignore=lambda folder, names: [
+        n for n in names if n == "__pycache__" or not (n.endswith(".py") or Path(folder, n).is_dir())])
+
+    def tying(cycles):
+        return [cycle for cycle in cycles if set(tied) <= set(cycle.split(" -> "))]
+
+    assert not tying(_import_cycles(_package_imports(copy)[0]))
+    with (copy / file).open("a", encoding="utf-8") as module:
+        module.write("\n\n" + planted)
+    assert tying(_import_cycles(_package_imports(copy)[0])), where
 
 
 def test_no_package_file_is_too_long_to_read():

@@ -51,11 +51,11 @@ from hfbert.hub import (
     HubWaitExceeded,
     download_snapshot,
     hub_timeout,
-    load_any_bert,
     main,
     push_to_hub,
     read_config_any,
 )
+from hfbert.model_source import load_any_bert
 from hfbert.tokenization import SPECIAL_TOKENS, bert_tokenizer_from_vocab
 
 WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran", "home", "a", "big", "red", "##s", "##ed", ".", ",", "!"]
@@ -202,7 +202,7 @@ PULL_WITH_HFBERT = """
 import json, sys, torch
 torch.set_num_threads(1)
 import hfbert
-from hfbert.hub import load_any_bert
+from hfbert.model_source import load_any_bert
 from huggingface_hub import snapshot_download
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification, AutoTokenizer
 from hfbert.hub import main as hfbert_push

@@ -27,7 +27,7 @@ from hfbert.tasks import (
     metrics_for_trainer,
     squad_evaluate,
 )
-from hfbert.tasks.squad_metrics import score_question
+from hfbert.metrics.squad_scoring import score_question
 from hfbert.tokenization import bert_tokenizer_from_vocab
 
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]

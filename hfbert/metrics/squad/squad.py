@@ -2,13 +2,13 @@
 lower case, punctuation and a/an/the removed; the best of the gold answers counts).
 
 Inputs are the SQuAD datasets' format, as ``evaluate.evaluator("question-answering")`` passes them. Text with
-CJK characters is scored per character (see :mod:`hfbert.tasks.squad_metrics`), so Chinese F1 is not EM.
+CJK characters is scored per character (see :mod:`hfbert.metrics.squad_scoring`), so Chinese F1 is not EM.
 """
 
 import evaluate
-from hfbert.tasks.squad_metrics import questions_by_id
-from hfbert.tasks.squad_metrics import score_question
-from hfbert.tasks.squad_metrics import squad_features
+from hfbert.metrics.squad_scoring import questions_by_id
+from hfbert.metrics.squad_scoring import score_question
+from hfbert.metrics.squad_scoring import squad_features
 
 _KWARGS_DESCRIPTION = """
 Args:

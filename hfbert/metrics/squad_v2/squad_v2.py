@@ -14,9 +14,9 @@ split is reported only when both kinds of question occur. Text with CJK characte
 """
 
 import evaluate
-from hfbert.tasks.squad_metrics import questions_by_id
-from hfbert.tasks.squad_metrics import score_question
-from hfbert.tasks.squad_metrics import squad_features
+from hfbert.metrics.squad_scoring import questions_by_id
+from hfbert.metrics.squad_scoring import score_question
+from hfbert.metrics.squad_scoring import squad_features
 
 _KWARGS_DESCRIPTION = """
 Args:
