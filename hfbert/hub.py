@@ -70,7 +70,7 @@ from .arguments import CommandParser, UsageError, run_command
 
 __all__ = ["DEFAULT_IGNORE_PATTERNS", "DEFAULT_TIMEOUT", "MIN_TRANSFER_RATE", "TIMEOUT_ENV", "HubDownloadError",
            "HubPushError", "HubWaitExceeded", "PushArguments", "PushResult", "download_snapshot", "hub_timeout",
-           "main", "push_to_hub", "read_config_any", "resolve_timeout"]
+           "list_repo_files", "main", "push_to_hub", "read_config_any", "resolve_timeout"]
 
 logger = logging.getLogger(__name__)
 
@@ -532,6 +532,16 @@ def download_snapshot(
         path = snapshot_download(repo_id, repo_type=repo_type, revision=revision, token=token, endpoint=endpoint,
                                  etag_timeout=seconds, **kwargs)
     return Path(path)
+
+
+def list_repo_files(repo_id: str, *, revision: str | None = None, token: str | None = None,
+                    endpoint: str | None = None, timeout: float | None = None) -> list[str]:
+    """The files of the Hub model repository ``repo_id`` at ``revision``, listed under :func:`hub_timeout`. Raises
+    :class:`HubDownloadError` naming the endpoint when the Hub does not answer in time; huggingface_hub's own errors
+    (no such repository or revision, offline mode) pass through."""
+    seconds = resolve_timeout(timeout)
+    with _download_errors(f"listing the files of {repo_id}", endpoint, seconds), hub_timeout(seconds):
+        return HfApi(endpoint=endpoint, token=token).list_repo_files(repo_id, revision=revision)
 
 
 def read_config_any(repo_or_dir: str | Path, *, revision: str | None = None, token: str | None = None,

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from huggingface_hub import HfApi
 from huggingface_hub.errors import (HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled,
                                     RepositoryNotFoundError, RevisionNotFoundError)
 from transformers import AutoTokenizer
@@ -35,7 +34,7 @@ from transformers.utils import logging as transformers_logging
 
 from .configuration_hfbert import HfBertConfig
 from .convert import detect_flavour, head_of, model_class, read_config
-from .hub import download_snapshot, hub_timeout, read_config_any, resolve_timeout
+from .hub import download_snapshot, list_repo_files, read_config_any, resolve_timeout
 from .google_checkpoint import VOCAB_FILE, is_google_folder, read_google_checkpoint, read_google_config, vocab_is_cased
 from .tf_checkpoint import CheckpointError
 from .tokenization import bert_tokenizer_from_vocab, load_vocab
@@ -105,8 +104,7 @@ def locate(name: str | Path, *, revision: str | None = None, token: str | None =
     seconds = resolve_timeout(timeout)
     try:
         try:
-            with hub_timeout(seconds):
-                files = HfApi(endpoint=endpoint, token=token).list_repo_files(str(name), revision=revision)
+            files = list_repo_files(str(name), revision=revision, token=token, endpoint=endpoint, timeout=seconds)
         except OfflineModeIsEnabled:  # HF_HUB_OFFLINE: the snapshot below comes from the cache, or not at all
             files = []
         ignore = list(_OTHER_WEIGHTS) + (["*.bin"] if any(f.endswith(".safetensors") for f in files) else [])

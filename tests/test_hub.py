@@ -414,6 +414,16 @@ def test_downloads_from_a_silent_endpoint_time_out(silent_server, tmp_path, monk
     assert time.monotonic() - started < 8
 
 
+def test_load_any_bert_from_a_silent_endpoint_raises_the_download_error(silent_server, monkeypatch):
+    allow_hub_calls(monkeypatch)
+    monkeypatch.setattr(constants, "ENDPOINT", silent_server.url)  # what HF_ENDPOINT sets when read at import
+    started = time.monotonic()
+    with pytest.raises(HubDownloadError, match=rf"the Hub at {silent_server.url} did not answer within 1 s while "
+                                               "listing the files of user/x"):
+        load_any_bert("user/x", timeout=1)
+    assert time.monotonic() - started < 4
+
+
 def assert_unlimited_outside_the_blocks(silent_server) -> None:
     """Outside every hub_timeout block, a request waits what its caller asked for (the limit is gone)."""
     started = time.monotonic()

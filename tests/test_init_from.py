@@ -12,14 +12,15 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import transformers
-from hub_server import allow_hub_calls, hub_server  # noqa: F401  (fixtures)
-from huggingface_hub import HfApi
+from hub_server import allow_hub_calls, hub_server, silent_server  # noqa: F401  (fixtures)
+from huggingface_hub import HfApi, constants
 from test_pretrain import (  # noqa: F401  (fixtures: the Austen head corpus, one thread for bitwise comparisons)
     KILL_AFTER_CHECKPOINT, assert_same_weights, corpus, one_thread, run_script)
 
@@ -196,3 +197,30 @@ def test_init_from_a_hub_repository_at_a_revision_and_the_card_names_it(corpus, 
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr[-3000:]
     assert "user/no-such-model: no such folder, and no such model on the Hub" in done.stderr
+
+
+def test_init_from_a_hub_that_never_answers_stops_in_one_line(corpus, tmp_path, silent_server,  # noqa: F811
+                                                               monkeypatch, capsys):
+    allow_hub_calls(monkeypatch)
+    monkeypatch.setattr(constants, "ENDPOINT", silent_server.url)  # what HF_ENDPOINT sets when read at import
+    values = settings(corpus, tmp_path / "run", init_from="user/x", hub_timeout=1)
+    started = time.monotonic()
+    assert main(argv(values)) == 2
+    assert time.monotonic() - started < 10  # the limit, not a hang (nor five retries)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"hfbert pretrain: error: init_from user/x: the Hub at {silent_server.url} did not answer "
+                          "within 1 s while listing the files of user/x"), err
+    assert not (tmp_path / "run" / "pretrain_config.json").exists()
+
+
+def test_an_error_the_command_does_not_expect_is_not_hidden(monkeypatch):
+    """Only the errors the command means become its one line: any other OSError is a bug to see in full."""
+    import hfbert.pretrain.loop as loop
+
+    def pretrain(config):
+        raise PermissionError("not one of the command's errors")
+
+    monkeypatch.setattr(loop, "pretrain", pretrain)
+    with pytest.raises(PermissionError, match="not one of the command's errors"):
+        main(["--output_dir", "unused"])

@@ -86,9 +86,12 @@ class StepDataError(RuntimeError):
     failed, the others stop with :class:`StoppedByAnotherProcess`."""
 
 
-# What a process's reading of its rows can fail with: damaged or missing shards, a remote read that failed for good,
-# the process out of file descriptors. Every process learns of it at the step's first all-reduce.
-DATA_ERRORS = (PreparedDataError, ShardReadError, OSError)
+# A prepared corpus that cannot be read: damaged or missing shards, a remote read that failed for good. Said in one
+# line by the command, whenever it happens.
+CORPUS_ERRORS = (PreparedDataError, ShardReadError)
+# What a process's reading of its rows during a step can fail with: those, or the process out of file descriptors.
+# Every process learns of it at the step's first all-reduce, and the run stops with a StepDataError.
+DATA_ERRORS = (*CORPUS_ERRORS, OSError)
 
 
 class TrainingDivergedError(RuntimeError):
@@ -651,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         except (HubPushError, EvaluationError) as err:  # the model is exported; the upload or the evaluation failed
             print(f"{parser.prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
             return 1
-        except (TrainingDivergedError, DiskFullError, StepDataError, *DATA_ERRORS) as err:
+        except (TrainingDivergedError, DiskFullError, StepDataError, *CORPUS_ERRORS) as err:
             # A divergence and a full disk are said by the main process; a failed read during training by the
             # first process that had it; one before training (every process opens the same files) by the first
             # process of each machine.

@@ -92,8 +92,10 @@ def find_origin(config: PretrainConfig, accelerator, resuming: bool, lengths: li
             found = find()
         except Exception as err:  # raised once every process has left the barrier, so that none waits forever
             error = err
-    if isinstance(error, (ModelSourceError, HubDownloadError)):  # a source that is not there, or a silent Hub
+    if isinstance(error, ModelSourceError):  # a source that is not there (the message names it)
         raise ConfigError(f"init_from: {error}") from None
+    if isinstance(error, HubDownloadError):  # a silent Hub (the message names the endpoint)
+        raise ConfigError(f"init_from {config.init_from}: {error}") from None
     if error is not None:
         raise error
     source, model_config, tokenizer, warnings = found
