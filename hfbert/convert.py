@@ -17,11 +17,18 @@ corrupt halfway leaves nothing that would load.
     hfbert convert ./bert-folder ./my-hfbert        # transformers -> hfbert
     hfbert convert ./uncased_L-12_H-768_A-12 ./bert-base-hfbert    # Google -> hfbert
     hfbert convert ./my-hfbert ./my-google --to google             # hfbert -> Google
+
+Google's code computes its "gelu" as the tanh approximation and has no exact (erf) GELU, hfbert's default. Written
+to Google's format, an exact-GELU model would come back computing other outputs, so it is refused unless
+``--google_gelu tanh`` accepts the approximation; the conversion then prints how far the outputs move on a probe
+batch. A task head (classifier, span or choice head) has no place in Google's layout: its weights are not written,
+and a warning names them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import shutil
@@ -32,12 +39,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 import transformers
 
 from . import modeling_hfbert
 from .arguments import CommandParser, UsageError, run_command
 from .configuration_hfbert import ORIGINAL_VALUES, HfBertConfig
-from .google_checkpoint import VOCAB_FILE, google_model, is_google_folder, vocab_is_cased, write_google_checkpoint
+from .google_checkpoint import (VOCAB_FILE, google_config_dict, google_model, is_google_folder, unmapped_parameters,
+                                vocab_is_cased, write_google_checkpoint)
 from .tokenization import bert_tokenizer_from_vocab, load_vocab
 
 __all__ = ["HEADS", "ConvertArguments", "TokenizerInfo", "check_tokenizer", "convert", "detect_flavour", "head_of",
@@ -253,7 +262,7 @@ def _load_as(cls: type, src: Path, config: Any, head: str):
 
 
 def convert(src: str | Path, dst: str | Path, *, to: str | None = None, head: str | None = None,
-            overwrite: bool = False, do_lower_case: bool | None = None) -> Path:
+            overwrite: bool = False, do_lower_case: bool | None = None, google_gelu: str | None = None) -> Path:
     """Convert the model folder ``src`` into ``dst``; returns ``dst``.
 
     ``to`` is ``"transformers"`` (alias ``"bert"``), ``"hfbert"`` or ``"google"`` (a release folder in Google's
@@ -262,6 +271,8 @@ def convert(src: str | Path, dst: str | Path, *, to: str | None = None, head: st
     vocabulary).
     ``head`` (e.g. ``"ForMaskedLM"``) defaults to the config's ``architectures``. Tokenizer files, the model card
     and other top-level files are copied byte for byte; the weights are written with ``save_pretrained``.
+    ``google_gelu="tanh"`` lets ``to="google"`` write an exact-GELU model under Google's tanh "gelu" (refused
+    otherwise; see the module docstring).
     """
     src, dst = Path(src), Path(dst)
     if not src.is_dir():
@@ -274,9 +285,13 @@ def convert(src: str | Path, dst: str | Path, *, to: str | None = None, head: st
               "hfbert": "hfbert", "google": "google"}.get(to)
     if target is None:
         raise ValueError(f"to must be 'transformers', 'hfbert' or 'google', got {to!r}")
+    if google_gelu not in (None, "tanh"):
+        raise ValueError(f"google_gelu must be 'tanh' (or unset), got {google_gelu!r}")
+    if google_gelu is not None and target != "google":
+        raise ValueError("google_gelu applies to a conversion to Google's format (--to google) only")
     if target == "google":
         return _to_google(src, dst, config, head=head_of(config, head, source=str(src / "config.json")),
-                          overwrite=overwrite)
+                          overwrite=overwrite, erf_as_tanh=google_gelu == "tanh")
     if target == flavour:
         raise ValueError(f"{src} is already a {flavour} folder; nothing to convert")
     head = head_of(config, head, source=str(src / "config.json"))
@@ -349,19 +364,57 @@ def _from_google(src: Path, dst: Path, *, to: str, overwrite: bool, do_lower_cas
     return dst
 
 
-def _to_google(src: Path, dst: Path, config: Mapping[str, Any], *, head: str, overwrite: bool) -> Path:
+def _to_google(src: Path, dst: Path, config: Mapping[str, Any], *, head: str, overwrite: bool,
+               erf_as_tanh: bool) -> Path:
     """An hfbert or transformers folder -> a Google release folder (the model's variables, no optimizer state)."""
     if not (src / VOCAB_FILE).is_file():
         raise FileNotFoundError(f"{src} has no vocab.txt: Google's format keeps the vocabulary as vocab.txt")
     flavour = detect_flavour(config, source=str(src / "config.json"))
     hf_config = bert_to_hfbert_config(config, head) if flavour == "bert" else HfBertConfig.from_dict(dict(config))
+    try:  # before any weight is read
+        google_config_dict(hf_config, erf_as_tanh=erf_as_tanh)
+    except ValueError as err:
+        hint = (". Pass --google_gelu tanh (google_gelu='tanh') to write it under Google's tanh GELU anyway"
+                if hf_config.hidden_act == "gelu" else "")
+        raise ValueError(f"{src}: {err}{hint}") from None
     model = _load_as(model_class("hfbert", head), src, hf_config, head)
     state = model.state_dict()
     if not any(k.startswith("bert.") for k in state):  # a bare encoder
         state = {f"bert.{k}": v for k, v in state.items()}
+    dropped = unmapped_parameters(state, set(getattr(model, "_tied_weights_keys", None) or {}))
+    shift = _tanh_gelu_shift(model) if hf_config.hidden_act == "gelu" else None
     with _staged(dst, overwrite) as scratch:
-        write_google_checkpoint(state, model.config, scratch, src / VOCAB_FILE)
+        write_google_checkpoint(state, model.config, scratch, src / VOCAB_FILE, erf_as_tanh=erf_as_tanh)
+    if dropped:
+        print(f"warning: Google's checkpoint layout has no place for the {head} head: {', '.join(dropped)} "
+              f"{'is' if len(dropped) == 1 else 'are'} not written (the encoder is)", file=sys.stderr)
+    if shift is not None:
+        print(f"note: the exact (erf) GELU is written as Google's 'gelu', the tanh approximation: on a probe batch "
+              f"({' x '.join(map(str, _probe_ids(model).shape))} tokens) the outputs move by at most {shift:.2g}",
+              file=sys.stderr)
     return dst
+
+
+def _probe_ids(model):
+    """A fixed batch of token ids for :func:`_tanh_gelu_shift` (B, T), or (1, B, T) for a multiple-choice head."""
+    config = model.config
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, config.vocab_size, (2, min(16, config.max_position_embeddings)), generator=generator)
+    return ids[None] if "MultipleChoice" in type(model).__name__ else ids
+
+
+def _tanh_gelu_shift(model) -> float:
+    """The largest difference between any output (logits; hidden states for a bare encoder) of ``model`` and of the
+    same weights computed with the tanh GELU, on the probe batch."""
+    tanh_config = copy.deepcopy(model.config)
+    tanh_config.hidden_act = "gelu_tanh"
+    tanh_model = type(model)(tanh_config)
+    tanh_model.load_state_dict(model.state_dict())
+    ids = _probe_ids(model)
+    with torch.no_grad():
+        exact, approximate = model.eval()(input_ids=ids), tanh_model.eval()(input_ids=ids)
+    return max(float((exact[key] - approximate[key]).abs().max()) for key in exact.keys()
+               if isinstance(exact[key], torch.Tensor) and exact[key].is_floating_point())
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -411,6 +464,9 @@ class ConvertArguments:
     overwrite: bool = field(default=False, metadata={"help": "replace a non-empty destination"})
     do_lower_case: bool | None = field(default=None, metadata={
         "help": "casing of a Google folder's vocab.txt (default: cased exactly when it holds upper-case tokens)"})
+    google_gelu: Literal["tanh"] | None = field(default=None, metadata={
+        "help": "with --to google, a model with the exact (erf) GELU: tanh writes it under Google's 'gelu', the tanh "
+                "approximation, and prints how far its outputs move (default: refuse)"})
 
     def __post_init__(self):
         if self.head is not None and self.head.removeprefix("HfBert").removeprefix("Bert") not in HEADS:
@@ -429,7 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def run() -> int:
         out = convert(args.src, args.dst, to=args.to, head=args.head, overwrite=args.overwrite,
-                      do_lower_case=args.do_lower_case)
+                      do_lower_case=args.do_lower_case, google_gelu=args.google_gelu)
         print(f"wrote {out}")
         return 0
 

@@ -14,7 +14,8 @@ LayerNorm's ``gamma``/``beta`` are ``weight``/``bias``, an embedding table is th
 heads are ``cls/predictions/output_bias`` -> ``cls.predictions.bias`` and ``cls/seq_relationship/output_weights``
 (already ``[2, hidden]``) -> ``cls.seq_relationship.weight``. What training leaves beside the model (Adam's
 ``adam_m``/``adam_v`` slots, ``global_step``, NVIDIA's loss-scaling counters) is skipped and counted; any other
-variable stops the import, naming it. Google's "gelu" is the tanh approximation, so it becomes ``gelu_tanh``.
+variable stops the import, naming it. Google's "gelu" is the tanh approximation, so it becomes ``gelu_tanh``; the
+way back, a model with the exact (erf) GELU is written only when the caller accepts the approximation.
 
 NVIDIA's checkpoints pad the vocabulary to a multiple of 8 (30528 rows for 30522 tokens) while their
 ``bert_config.json`` keeps the real size: the padding rows of the word embeddings and of the MLM output bias are
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,8 @@ from .tokenization import load_vocab
 from .tf_checkpoint import CheckpointError, checkpoint_prefix, list_variables, read_checkpoint, write_checkpoint
 
 __all__ = ["CONFIG_FILE", "CHECKPOINT_NAME", "GoogleCheckpoint", "google_to_hfbert_name", "hfbert_to_google_name",
-           "is_google_folder", "read_google_checkpoint", "read_google_config", "write_google_checkpoint"]
+           "is_google_folder", "read_google_checkpoint", "read_google_config", "unmapped_parameters",
+           "write_google_checkpoint"]
 
 CONFIG_FILE = "bert_config.json"
 VOCAB_FILE = "vocab.txt"
@@ -208,11 +210,17 @@ def read_google_checkpoint(folder: str | Path) -> GoogleCheckpoint:
     return GoogleCheckpoint(config, state, skipped, notes)
 
 
-def google_config_dict(config: HfBertConfig) -> dict[str, Any]:
-    """``bert_config.json`` of an hfbert config (Google's keys and activation names)."""
-    # Google's code computes "gelu" as the tanh approximation; a model trained with the exact (erf) form is written
-    # under the same name, the nearest Google has.
-    back = {"gelu_tanh": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu", "relu": "relu"}
+def google_config_dict(config: HfBertConfig, *, erf_as_tanh: bool = False) -> dict[str, Any]:
+    """``bert_config.json`` of an hfbert config (Google's keys and activation names).
+
+    Google's code computes "gelu" as the tanh approximation and has no exact (erf) GELU, so a model with
+    ``hidden_act="gelu"`` (the erf form) is refused with a ``ValueError``, unless ``erf_as_tanh`` accepts writing it
+    under Google's "gelu": read back, it computes the tanh form, and its outputs move a little."""
+    back = {"gelu_tanh": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu"}
+    if config.hidden_act == "gelu" and not erf_as_tanh:
+        raise ValueError("hidden_act 'gelu' is the exact (erf) GELU, which Google's BERT does not have: its 'gelu' "
+                         "is the tanh approximation, so the model read back would compute slightly different outputs")
+    back["gelu"] = "gelu"  # accepted: the nearest Google has
     if config.hidden_act not in back:
         raise ValueError(f"hidden_act {config.hidden_act!r} has no name in Google's BERT (gelu = the tanh "
                          "approximation, relu)")
@@ -221,21 +229,32 @@ def google_config_dict(config: HfBertConfig) -> dict[str, Any]:
     return values
 
 
+def unmapped_parameters(state_dict: Mapping[str, torch.Tensor], tied: Collection[str] = ()) -> list[str]:
+    """The parameters of ``state_dict`` (hfbert names) that Google's layout has no variable for: a task head's
+    (``classifier.*``, ``qa_outputs.*``). The tied MLM decoder (``tied``: the word embeddings and the MLM bias under
+    another name) and the constant buffers are not parameters of their own, and are not listed."""
+    return sorted(name for name in state_dict if hfbert_to_google_name(name) is None and name not in tied
+                  and not name.endswith(("embeddings.position_ids", "embeddings.token_type_ids")))
+
+
 def write_google_checkpoint(state_dict: Mapping[str, torch.Tensor], config: HfBertConfig, folder: str | Path,
-                            vocab_file: str | Path) -> Path:
+                            vocab_file: str | Path, *, erf_as_tanh: bool = False) -> Path:
     """Write ``state_dict`` (hfbert names) as a Google release folder: bert_config.json, vocab.txt and
-    bert_model.ckpt.* holding the model's variables only (no optimizer state)."""
+    bert_model.ckpt.* holding the model's variables only (no optimizer state). Parameters Google's layout has no
+    variable for (:func:`unmapped_parameters`) are not written. An exact-GELU model is refused unless
+    ``erf_as_tanh`` (see :func:`google_config_dict`)."""
     folder = Path(folder)
+    google_config = google_config_dict(config, erf_as_tanh=erf_as_tanh)
     tensors = {}
     for name, value in state_dict.items():
         mapped = hfbert_to_google_name(name)
         if mapped is None:
-            continue  # the tied decoder (it is the word embeddings) and constant buffers
+            continue  # the tied decoder (it is the word embeddings), constant buffers, task heads
         target, transpose = mapped
         array = value.detach().cpu().float().numpy() if value.is_floating_point() else value.cpu().numpy()
         tensors[target] = np.ascontiguousarray(array.T if transpose else array)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / CONFIG_FILE).write_text(json.dumps(google_config_dict(config), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (folder / CONFIG_FILE).write_text(json.dumps(google_config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     (folder / VOCAB_FILE).write_bytes(Path(vocab_file).read_bytes())
     write_checkpoint(folder / CHECKPOINT_NAME, tensors)
     return folder

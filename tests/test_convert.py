@@ -199,3 +199,74 @@ def test_convert_refuses_bad_input(tmp_path, capsys):
     assert main([str(good), str(tmp_path / "full")]) == 2  # occupied destination: one line, nothing replaced
     assert "not empty" in capsys.readouterr().err and (tmp_path / "full" / "keep.txt").read_text() == "mine"
     assert not (tmp_path / "o9").exists()
+
+
+# --- to Google's format: its "gelu" is the tanh approximation, and it has no task heads -----------------------------
+def probe_outputs(model) -> dict[str, torch.Tensor]:
+    from hfbert.convert import _probe_ids
+
+    with torch.no_grad():
+        return {k: v for k, v in model.eval()(input_ids=_probe_ids(model)).items() if isinstance(v, torch.Tensor)}
+
+
+def test_an_exact_gelu_model_goes_to_google_only_when_the_tanh_approximation_is_accepted(tmp_path, capsys):
+    from hfbert.google_checkpoint import google_model
+
+    erf = save_tiny(tmp_path / "erf", "ForPreTraining", hidden_act="gelu", initializer_range=0.5)
+    capsys.readouterr()
+    assert main([str(erf), str(tmp_path / "refused"), "--to", "google"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"hfbert convert: error: {erf}: hidden_act 'gelu' is the exact "
+                                                   "(erf) GELU"), err
+    assert "Google's BERT does not have: its 'gelu' is the tanh approximation" in err and "--google_gelu tanh" in err
+    assert not (tmp_path / "refused").exists()
+    with pytest.raises(ValueError, match="exact \\(erf\\) GELU"):
+        convert(erf, tmp_path / "refused", to="google")
+    with pytest.raises(ValueError, match=r"google_gelu applies to .*\(--to google\) only"):
+        convert(erf, tmp_path / "refused", google_gelu="tanh")
+
+    assert main([str(erf), str(tmp_path / "google"), "--to", "google", "--google_gelu", "tanh"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("note:", "warning:"))]
+    assert len(notes) == 1 and notes[0].startswith("note: the exact (erf) GELU is written as Google's 'gelu', the "
+                                                   "tanh approximation: on a probe batch (2 x 16 tokens)"), notes
+    printed = float(notes[0].rsplit(" ", 1)[1])
+    assert json.loads((tmp_path / "google" / "bert_config.json").read_text())["hidden_act"] == "gelu"
+    # The number printed is what a user of the Google folder sees: its model (tanh) against the exact one.
+    back, _ = google_model(tmp_path / "google")
+    assert back.config.hidden_act == "gelu_tanh"
+    exact = probe_outputs(hfbert.HfBertForPreTraining.from_pretrained(erf))
+    shift = max(float((exact[k] - v).abs().max()) for k, v in probe_outputs(back).items())
+    assert 1e-5 < shift and printed == pytest.approx(shift, rel=0.05)
+
+
+def test_a_tanh_gelu_model_goes_to_google_silently(tmp_path, capsys):
+    tanh = save_tiny(tmp_path / "tanh", "ForMaskedLM")  # gelu_tanh
+    stock = convert(tanh, tmp_path / "bert")  # transformers calls it gelu_new
+    assert json.loads((stock / "config.json").read_text())["hidden_act"] == "gelu_new"
+    capsys.readouterr()
+    for source in (tanh, stock):
+        assert main([str(source), str(tmp_path / f"google-{source.name}"), "--to", "google"]) == 0
+        captured = capsys.readouterr()
+        assert not [line for line in captured.err.splitlines() if line.startswith(("note:", "warning:"))], captured.err
+        assert captured.out == f"wrote {tmp_path / f'google-{source.name}'}\n"
+
+
+@pytest.mark.parametrize("head, names", [
+    ("ForSequenceClassification", "classifier.bias, classifier.weight"),
+    ("ForTokenClassification", "classifier.bias, classifier.weight"),
+    ("ForQuestionAnswering", "qa_outputs.bias, qa_outputs.weight"),
+    ("ForMultipleChoice", "classifier.bias, classifier.weight"),
+    ("ForNextSentencePrediction", None),
+    ("Model", None),
+])
+def test_a_task_head_google_cannot_hold_is_named_in_one_warning(tmp_path, capsys, head, names):
+    folder = save_tiny(tmp_path / "model", head)
+    capsys.readouterr()
+    assert main([str(folder), str(tmp_path / "google"), "--to", "google"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("note:", "warning:"))]
+    if names is None:
+        assert not said
+    else:
+        assert said == [f"warning: Google's checkpoint layout has no place for the {head} head: {names} are not "
+                        "written (the encoder is)"]
+    assert (tmp_path / "google" / "bert_model.ckpt.index").is_file()
