@@ -1,7 +1,8 @@
 """Google's original checkpoints, read without TensorFlow: the committed fixture (made by
-scripts/make_google_fixture.py with Google's own modeling.py and run_pretraining.py heads, see tests/fixtures/README.md)
-reproduces the original's outputs, converts to hfbert and transformers and back bit for bit, and every kind of
-damage stops `hfbert convert` with one line and exit status 2, leaving nothing behind."""
+scripts/make_google_fixture.py with bert-tensorflow 1.0.4's modeling.py and run_pretraining.py heads, see
+tests/fixtures/README.md) reproduces the original's outputs and those of a float64 numpy forward pass, converts to
+hfbert and transformers and back bit for bit, and every kind of damage stops `hfbert convert` with one line and exit
+status 2, leaving nothing behind."""
 
 import json
 import shutil
@@ -180,3 +181,68 @@ def test_the_recipes_and_load_any_bert_take_a_google_folder_directly():
     assert type(pretrained).__name__ == "HfBertForPreTraining"
     assert torch.equal(classifier.bert.encoder.layer[1].output.dense.weight,
                        pretrained.bert.encoder.layer[1].output.dense.weight)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A third computation, sharing no code with either: Google's graph written out in float64 numpy
+
+
+def numpy_forward(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The fixture's BERT and pretraining heads as Google's modeling.py and run_pretraining.py compute them, in
+    float64, from the checkpoint's variables under their Google names (B batch, T length, N heads, H head size)."""
+    w = {name: value.astype(np.float64) for name, value in weights.items()}
+    config = json.loads((GOOGLE / "bert_config.json").read_text())
+    heads = config["num_attention_heads"]
+
+    def dense(x, scope):
+        return x @ w[f"{scope}/kernel"] + w[f"{scope}/bias"]
+
+    def layer_norm(x, scope):
+        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + 1e-12) * w[f"{scope}/gamma"] + w[f"{scope}/beta"]
+
+    def gelu(x):  # the tanh form of Google's modeling.py
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+    def split(x):  # (B, T, D) -> (B, N, T, H)
+        return x.reshape(*x.shape[:2], heads, -1).transpose(0, 2, 1, 3)
+
+    ids, mask, types = EXPECTED["input_ids"], EXPECTED["input_mask"], EXPECTED["token_type_ids"]
+    length = ids.shape[1]
+    x = (w["bert/embeddings/word_embeddings"][ids] + w["bert/embeddings/token_type_embeddings"][types]
+         + w["bert/embeddings/position_embeddings"][:length])
+    out = {"embedding_output": layer_norm(x, "bert/embeddings/LayerNorm")}
+    x, layers, adder = out["embedding_output"], [], (1.0 - mask[:, None, None, :]) * -10000.0  # (B, 1, 1, T)
+    for i in range(config["num_hidden_layers"]):
+        scope = f"bert/encoder/layer_{i}"
+        q, k, v = (split(dense(x, f"{scope}/attention/self/{name}")) for name in ("query", "key", "value"))
+        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1]) + adder  # (B, N, T, T)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        context = (probs / probs.sum(-1, keepdims=True)) @ v  # (B, N, T, H)
+        context = context.transpose(0, 2, 1, 3).reshape(x.shape)  # (B, T, D)
+        x = layer_norm(dense(context, f"{scope}/attention/output/dense") + x, f"{scope}/attention/output/LayerNorm")
+        hidden = gelu(dense(x, f"{scope}/intermediate/dense"))
+        x = layer_norm(dense(hidden, f"{scope}/output/dense") + x, f"{scope}/output/LayerNorm")
+        layers.append(x)
+    out |= {"all_encoder_layers": np.stack(layers), "sequence_output": x,
+            "pooled_output": np.tanh(dense(x[:, 0], "bert/pooler/dense"))}
+    rows = np.arange(len(ids))[:, None] * length + EXPECTED["masked_lm_positions"]  # flat positions, row by row
+    picked = x.reshape(-1, x.shape[-1])[rows.reshape(-1)]
+    transformed = layer_norm(gelu(dense(picked, "cls/predictions/transform/dense")),
+                             "cls/predictions/transform/LayerNorm")
+    out["mlm_logits"] = transformed @ w["bert/embeddings/word_embeddings"].T + w["cls/predictions/output_bias"]
+    out["nsp_logits"] = out["pooled_output"] @ w["cls/seq_relationship/output_weights"].T \
+        + w["cls/seq_relationship/output_bias"]
+    return out
+
+
+def test_a_float64_numpy_forward_agrees_with_the_original_and_with_hfbert():
+    reference = numpy_forward(read_checkpoint(GOOGLE / "bert_model.ckpt"))
+    for key in ("embedding_output", "all_encoder_layers", "sequence_output", "pooled_output", "mlm_logits",
+                "nsp_logits"):
+        np.testing.assert_allclose(reference[key], EXPECTED[key], atol=2e-6, rtol=0, err_msg=key)
+    checkpoint = read_google_checkpoint(GOOGLE)
+    model = HfBertForPreTraining(checkpoint.config).eval()
+    model.load_state_dict(checkpoint.state_dict, strict=False)
+    for key, value in original_outputs(model).items():
+        np.testing.assert_allclose(value, reference[key], atol=2e-6, rtol=0, err_msg=key)

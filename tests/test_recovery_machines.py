@@ -9,7 +9,8 @@
   on a full disk): one line naming the folder and the space needed, the previous checkpoint loads, no half-written
   model folder, and ``--resume`` once space is free ends bitwise equal to an uninterrupted run; and a real full disk
   (a size-limited tmpfs) said the same way.
-* A shard damaged on disk or of the wrong size, and a bad setting in a two-process run: one line, said once.
+* A shard damaged on disk or of the wrong size, and a bad setting in a two-process run: one line, said once; the
+  damaged shard stops both processes at the same step, and no process prints a traceback.
 
 The tiny model and corpus of tests/test_pretrain.py, fp32 (``mixed_precision no``).
 """
@@ -17,6 +18,7 @@ The tiny model and corpus of tests/test_pretrain.py, fp32 (``mixed_precision no`
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -371,9 +373,43 @@ def test_two_processes_say_a_bad_setting_and_a_damaged_shard_once(many_shards, t
     config_file = write_config(tmp_path / "run.json", run_settings(damaged, tmp_path / "run", report_to=[],
                                                                    shuffle_window=1, max_steps=LONG_STEPS,
                                                                    eval_steps=LONG_STEPS))
-    done = subprocess.run(accelerate("--multi_gpu", "--num_processes", "2", "--num_machines", "1", "-m",
-                                     "hfbert.pretrain", "--config", str(config_file)),
+    script = tmp_path / "watched.py"
+    script.write_text(textwrap.dedent(WATCH_THE_STOP))
+    done = subprocess.run(accelerate("--multi_gpu", "--num_processes", "2", "--num_machines", "1", str(script),
+                                     str(config_file)),
                           capture_output=True, text=True, timeout=LAUNCH_TIMEOUT, env=ENV)
     assert done.returncode != 0
     assert done.stderr.count("hfbert pretrain: error:") == 1, done.stderr[-3000:]
     assert done.stderr.count(f"shard {name} of {damaged}") == 1 and "is corrupt" in done.stderr
+    stops = dict(re.findall(r"rank (\d) stopped at step (\d+)", done.stdout))
+    assert stops.keys() == {"0", "1"} and len(set(stops.values())) == 1, done.stdout  # the same step on both
+    assert f"hfbert pretrain: error: step {stops['0']}: shard {name}" in done.stderr, done.stderr[-3000:]
+    assert not tracebacks_of_the_processes(done.stderr) and "Traceback" not in done.stdout, done.stderr[-3000:]
+
+
+def tracebacks_of_the_processes(stderr: str) -> list[str]:
+    """The Python tracebacks in a launch's stderr but the launcher's own (``accelerate launch`` reports a process
+    that exited non-zero with a traceback of the accelerate command)."""
+    blocks = stderr.split("Traceback (most recent call last):")[1:]
+    return [block for block in blocks if not re.match(r'\s*File "[^"]*[/\\]accelerate"', block)]
+
+
+# Run as each process: `hfbert pretrain --config FILE`, printing the step at which the process stopped.
+WATCH_THE_STOP = """
+    import os, re, sys, torch
+    torch.set_num_threads(1)
+    from hfbert.pretrain import loop, main
+
+    rank, pretrain = int(os.environ["RANK"]), loop.pretrain
+
+    def watched(*args, **kwargs):  # what each process raised, before main() turns it into the one message
+        try:
+            return pretrain(*args, **kwargs)
+        except (loop.StepDataError, loop.StoppedByAnotherProcess) as err:
+            step = re.search(r"step (\\d+)", str(err)).group(1)
+            print(f"rank {rank} stopped at step {step}", flush=True)
+            raise
+
+    loop.pretrain = watched
+    sys.exit(main(["--config", sys.argv[1]]))
+"""

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from hfbert.data import PreparedCorpus
+from hfbert.data.remote import parse_size
 from hfbert.pretrain import PretrainConfig, pretrain
 from hfbert.pretrain.config import RESUMABLE_CHANGES, TRAJECTORY_NEUTRAL
 from test_pretrain import (  # noqa: F401  (fixtures)
@@ -83,17 +84,24 @@ CHANGED = {
     "loss_spike_factor": None,
     "loss_spike_window": 3,
     "hub_timeout": 7.0,
-    "cache_limit": "64MB",
+    "cache_limit": "16KB",
     "prepared_download": True,
     "push_to_hub": "user/neutral",
     "hub_revision": "experiment",
-    "evaluate_seeds": [7],
 }
+# The settings that act only on a Hub: the push's, run with a push (to the local Hub server); the remote corpus's
+# (hub_timeout bounds both), run from the reference's prepared folder pushed to that server as a dataset repo.
+ON_THE_HUB = {"push": {"push_to_hub", "hub_revision", "hub_timeout"},
+              "remote-corpus": {"cache_limit", "prepared_download", "hub_timeout"}}
+NEUTRAL_CASES = [(name, where) for name in sorted(CHANGED)
+                 for where in [w for w, names in ON_THE_HUB.items() if name in names] or [None]]
 # Settings of TRAJECTORY_NEUTRAL whose change is a part of every comparison here (output_dir), or of the resume
 # tests in test_pretrain.py and test_recovery.py (a resumed run ends bitwise equal to an uninterrupted one). The
-# downstream evaluation fine-tunes copies of the exported folder after it is written (test_evaluate.py).
+# downstream evaluation (its suite, data and fine-tuning seeds) fine-tunes copies of the model and ends in the weights
+# of the same run without it (test_evaluate.py, test_pretrain_with_a_suite_ends_with_its_scores_in_the_card_and_the_
+# same_weights).
 COVERED_ELSEWHERE = {"output_dir", "resume", "resume_from", "resume_with_changes", "evaluate_suite",
-                     "evaluate_data_dir"}
+                     "evaluate_data_dir", "evaluate_seeds"}
 
 
 def test_every_neutral_setting_is_tested_and_resumable():
@@ -113,36 +121,49 @@ def neutral_settings(prepared, output_dir, **overrides) -> dict:
     return settings([prepared[64]], output_dir, **{**values, **overrides})
 
 
-@pytest.mark.parametrize("name", sorted(CHANGED))
-def test_a_neutral_setting_changed_alone_ends_in_the_same_weights(name, prepared, reference, tmp_path,
+@pytest.mark.parametrize("name, where", NEUTRAL_CASES, ids=[f"{n}-{w}" if w else n for n, w in NEUTRAL_CASES])
+def test_a_neutral_setting_changed_alone_ends_in_the_same_weights(name, where, prepared, reference, tmp_path,
                                                                   monkeypatch):
-    value = CHANGED[name]
-    if name in ("push_to_hub", "hub_revision"):
-        neutral_push(name, value, prepared, reference, tmp_path, monkeypatch)
-        return
     output_dir = tmp_path / "changed"
-    pretrain(PretrainConfig.from_dict(neutral_settings(prepared, output_dir, **{name: value})))
+    values = neutral_settings(prepared, output_dir, **{name: CHANGED[name]})
+    if where is None:
+        pretrain(PretrainConfig.from_dict(values))
+    else:
+        on_the_local_hub(where, values, prepared, tmp_path / "cache", monkeypatch)
+    if where == "remote-corpus":  # the setting acted: the cache kept within its limit, or the corpus copied whole
+        held = sum(f.stat().st_size for f in (tmp_path / "cache" / "ranges").rglob("*") if f.is_file())
+        assert name != "cache_limit" or 0 < held <= parse_size(CHANGED[name]), held
+        assert (tmp_path / "cache" / "downloads").is_dir() == (name == "prepared_download")
     assert_same_weights(reference, output_dir)
 
 
-def neutral_push(name, value, prepared, reference, tmp_path, monkeypatch) -> None:
-    """The push settings need a Hub to push to: the local Hub server."""
+def on_the_local_hub(where: str, values: dict, prepared, cache: Path, monkeypatch) -> None:
+    """Run ``values`` where its setting acts, on the local Hub server: with a push, or from a Hub dataset repo that
+    holds the reference's prepared folder (read through ``cache``)."""
     from huggingface_hub import constants
     from hub_server import allow_hub_calls, start_hub
+
+    from hfbert.data import push_prepared
 
     hub, httpd = start_hub()
     try:
         allow_hub_calls(monkeypatch)
-        monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+        monkeypatch.setattr(constants, "ENDPOINT", hub.url)  # what HF_ENDPOINT sets when read at import
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            hub.url + "/{repo_id}/resolve/{revision}/{filename}")  # hf_hub_url's, made from it
         monkeypatch.setenv("HF_TOKEN", hub.WRITE_TOKEN)
-        push = {"push_to_hub": value} if name == "push_to_hub" else {"push_to_hub": "user/n", name: value}
-        output_dir = tmp_path / "changed"
-        pretrain(PretrainConfig.from_dict(neutral_settings(prepared, output_dir, **push)))
-        assert ("model", push["push_to_hub"]) in hub.repos
+        if where == "push":
+            values.setdefault("push_to_hub", "user/n")
+        else:
+            monkeypatch.setenv("HFBERT_CACHE", str(cache))
+            push_prepared(prepared[64], "user/neutral-64", endpoint=hub.url)
+            values["prepared"] = ["user/neutral-64"]
+        pretrain(PretrainConfig.from_dict(values))
+        if where == "push":
+            assert ("model", values["push_to_hub"]) in hub.repos
     finally:
         httpd.shutdown()
         httpd.server_close()
-    assert_same_weights(reference, output_dir)
 
 
 def test_the_reference_run_drew_dropout(prepared, reference, tmp_path):
