@@ -1,4 +1,5 @@
-"""One settings system for every ``hfbert`` command: dataclasses read by transformers' ``HfArgumentParser``.
+"""One settings system for every ``hfbert`` command: dataclasses read the way transformers' ``HfArgumentParser``
+reads them.
 
 A command declares its settings as a dataclass whose fields carry their ``--help`` text in
 ``field(metadata={"help": ...})`` and whose ``__post_init__`` raises :class:`UsageError` for a bad value. Then
@@ -13,6 +14,11 @@ spelling too) and ``"positional": True`` (an argument without ``--``, e.g. ``hfb
 
 Errors a user can fix -- a bad value, a missing file, a malformed line -- are one line on stderr,
 ``hfbert <command>: error: ...``, and exit status 2: :func:`run_command` turns :class:`UsageError` into that.
+
+The options follow ``HfArgumentParser``'s rules (``--x`` / ``--x false`` / ``--no_x`` for a boolean, ``nargs="+"``
+for a list, choices for a ``Literal`` or an ``Enum``, ``X | None`` read as ``X``), so a recipe's
+``TrainingArguments`` parse as transformers parses them; the rules are written here because this module is what
+``hfbert <command> --help`` and a bad setting load, and importing transformers alone takes seconds.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import enum
 import sys
 import types
 import typing
@@ -27,7 +34,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
-from transformers import HfArgumentParser
 
 from .usage import UsageError, check_types, fits_type, load_settings_file
 
@@ -83,49 +89,116 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return text + " (default: %(default)s)"
 
 
-# What a field's metadata may pass on to ``add_argument`` (HfArgumentParser hands it all over).
+# What a field's metadata may pass on to ``add_argument``.
 _ARGPARSE_KEYS = frozenset({"help", "aliases", "metavar", "choices", "nargs", "const", "required", "type"})
+_TRUE, _FALSE = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")
 
 
-class CommandParser(HfArgumentParser):
-    """``HfArgumentParser`` with a ``--config FILE`` layer, JSON/YAML values for structured fields, and one-line
-    errors (``<prog>: error: <message>``, exit status 2)."""
+def _bool(text: str | bool) -> bool:
+    if isinstance(text, bool):
+        return text
+    if text.lower() in _TRUE + _FALSE:
+        return text.lower() in _TRUE
+    raise argparse.ArgumentTypeError(f"expected true or false (also yes/no, t/f, y/n, 1/0), got {text!r}")
+
+
+def _choice(choices: Sequence[Any]) -> Callable[[str], Any]:
+    """The choice whose text is ``text`` (a ``Literal[1, 2]`` choice is an int), else ``text`` for argparse to
+    refuse naming the choices."""
+    by_text = {str(choice): choice for choice in choices}
+    return lambda text: by_text.get(text, text)
+
+
+def _is_bool(hint: Any) -> bool:
+    return hint is bool or hint == bool | None
+
+
+def _default(field: dataclasses.Field, missing: Any = dataclasses.MISSING) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    return field.default_factory() if field.default_factory is not dataclasses.MISSING else missing
+
+
+def _option_kwargs(field: dataclasses.Field, hint: Any) -> dict[str, Any]:
+    """``add_argument``'s keywords for a field of type ``hint`` (``HfArgumentParser``'s rules)."""
+    kwargs = {key: value for key, value in field.metadata.items() if key in _ARGPARSE_KEYS and key != "aliases"}
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if str not in args and (len(args) != 2 or type(None) not in args):
+            raise ValueError(f"field {field.name!r}: a Union may only be X | None (or X | str), got {hint}")
+        if type(None) not in args:  # X | str: read as X
+            hint = args[0] if args[1] is str else args[1]
+        elif bool not in args:  # X | None: read as X (bool | None keeps its None)
+            hint = args[0] if args[1] is type(None) else args[1]
+    default, origin = _default(field), typing.get_origin(hint)
+    if origin is typing.Literal or (isinstance(hint, type) and issubclass(hint, enum.Enum)):
+        kwargs["choices"] = list(typing.get_args(hint)) if origin is typing.Literal else [x.value for x in hint]
+        kwargs["type"] = _choice(kwargs["choices"])
+        if field.default is dataclasses.MISSING:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = field.default
+    elif _is_bool(hint):
+        kwargs["type"] = _bool
+        if hint is bool or (field.default is not None and field.default is not dataclasses.MISSING):
+            # --x alone means true; --x false / --x no also work
+            kwargs.update(default=False if field.default is dataclasses.MISSING else field.default, nargs="?",
+                          const=True)
+    elif isinstance(origin or hint, type) and issubclass(origin or hint, list):
+        kwargs.update(type=typing.get_args(hint)[0], nargs="+")
+        if field.default_factory is not dataclasses.MISSING:
+            kwargs["default"] = field.default_factory()
+        elif field.default is dataclasses.MISSING:
+            kwargs["required"] = True
+    else:
+        kwargs["type"] = hint
+        if default is dataclasses.MISSING:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = default
+    return kwargs
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An ``argparse`` parser of one or more settings dataclasses, with a ``--config FILE`` layer, JSON/YAML values
+    for structured fields, and one-line errors (``<prog>: error: <message>``, exit status 2)."""
 
     def __init__(self, prog: str, dataclass_types, description: str | None = None):
-        types_ = list(dataclass_types) if isinstance(dataclass_types, Sequence) else [dataclass_types]
-        super().__init__(types_, prog=prog, description=description, formatter_class=_HelpFormatter)
-        for action in self._actions:  # HfArgumentParser gives --no_x the help of --x
-            if isinstance(action, argparse._StoreFalseAction) and action.option_strings[0].startswith("--no_"):
-                action.help = f"the same as --{action.dest} false"
+        super().__init__(prog=prog, description=description, formatter_class=_HelpFormatter)
+        self.dataclass_types = list(dataclass_types) if isinstance(dataclass_types, Sequence) else [dataclass_types]
+        for dtype in self.dataclass_types:
+            parser = self.add_argument_group(dtype._argument_group_name) if hasattr(
+                dtype, "_argument_group_name") else self
+            hints = typing.get_type_hints(dtype)
+            for field in dataclasses.fields(dtype):
+                if field.init:
+                    field = copy.copy(field)  # the dataclass keeps its own Field, annotation and marks
+                    field.type = hints[field.name]
+                    self._parse_dataclass_field(parser, field)
         self.add_argument("--config", "-c", metavar="FILE", default=None,
                           help="a JSON or YAML file of settings; options given on the command line override it")
 
-    def _parse_dataclass_field(self, parser, field):
+    def _parse_dataclass_field(self, parser, field: dataclasses.Field) -> None:
+        """Add the option(s) of one field (``field.type`` resolved); a subclass may adjust what this adds."""
         hint = field.type
         if field.metadata.get("positional"):
             _add_positional(parser, field)
             return
-        if set(field.metadata) - _ARGPARSE_KEYS:  # the dataclass's own marks (e.g. "recorded") are not argparse's
-            field = copy.copy(field)  # the dataclass keeps its marks
-            field.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k in _ARGPARSE_KEYS})
-        aliases = field.metadata.get("aliases")
-        if aliases:
-            aliases = [aliases] if isinstance(aliases, str) else list(aliases)
-            spelled = [*aliases, *(a.replace("_", "-") for a in aliases if a.startswith("--"))]
-            field.metadata = types.MappingProxyType({**field.metadata, "aliases": list(dict.fromkeys(spelled))})
+        options = [f"--{field.name}"] + ([f"--{field.name.replace('_', '-')}"] if "_" in field.name else [])
+        aliases = field.metadata.get("aliases") or []
+        aliases = [aliases] if isinstance(aliases, str) else list(aliases)
+        options += dict.fromkeys([*aliases, *(a.replace("_", "-") for a in aliases if a.startswith("--"))])
         if _structured(hint):
-            default = field.default if field.default is not dataclasses.MISSING else (
-                field.default_factory() if field.default_factory is not dataclasses.MISSING else None)
-            options = [f"--{field.name}"] + ([f"--{field.name.replace('_', '-')}"] if "_" in field.name else [])
-            options += list(field.metadata.get("aliases") or [])
-            parser.add_argument(*options, type=_yaml_value, default=default, metavar="JSON",
+            parser.add_argument(*options, type=_yaml_value, default=_default(field, None), metavar="JSON",
                                 help=field.metadata.get("help"))
             return
-        nullable = _nullable_scalar(hint)
-        super()._parse_dataclass_field(parser, field)
-        if nullable:  # `--max_time_minutes null` means None, as `null` does in a JSON/YAML file
-            action = parser._option_string_actions[f"--{field.name}"]
+        kwargs = _option_kwargs(field, hint)
+        action = parser.add_argument(*options, **kwargs)
+        if _nullable_scalar(hint):  # `--max_time_minutes null` means None, as `null` does in a JSON/YAML file
             action.type = _or_null(action.type)
+        if field.default is True and _is_bool(hint):  # after --x: the first of a destination's options sets it
+            parser.add_argument(f"--no_{field.name}", f"--no-{field.name.replace('_', '-')}", action="store_false",
+                                dest=field.name, default=False, help=f"the same as --{field.name} false")
 
     def error(self, message: str):  # argparse's hook: one line, not the usage block
         print(f"{self.prog}: error: {message}", file=sys.stderr)

@@ -35,16 +35,17 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import transformers
 
 from . import modeling_hfbert
-from .arguments import CommandParser, UsageError, run_command
+from .arguments import run_command
 from .configuration_hfbert import ORIGINAL_VALUES, HfBertConfig
+from .convert_settings import HEADS, ConvertArguments, command_parser
 from .google_checkpoint import (VOCAB_FILE, google_config_dict, google_model, is_google_folder, unmapped_parameters,
                                 vocab_is_cased, write_google_checkpoint)
 from .tokenization import bert_tokenizer_from_vocab, load_vocab
@@ -52,17 +53,6 @@ from .tokenization import bert_tokenizer_from_vocab, load_vocab
 __all__ = ["HEADS", "ConvertArguments", "TokenizerInfo", "check_tokenizer", "convert", "detect_flavour", "head_of",
            "main", "read_config", "read_tokenizer"]
 
-# The heads both sides provide, by class-name suffix ("" is the bare encoder: BertModel / HfBertModel).
-HEADS = (
-    "Model",
-    "ForPreTraining",
-    "ForMaskedLM",
-    "ForNextSentencePrediction",
-    "ForSequenceClassification",
-    "ForTokenClassification",
-    "ForQuestionAnswering",
-    "ForMultipleChoice",
-)
 FLAVOURS = ("hfbert", "bert")
 _PREFIX = {"hfbert": "HfBert", "bert": "Bert"}
 _SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
@@ -448,40 +438,10 @@ def _retarget_tokenizer_config(folder: Path, target: str) -> None:
         _write_json(path, data)
 
 
-@dataclass
-class ConvertArguments:
-    """The settings of ``hfbert convert``."""
-
-    src: str = field(metadata={"positional": True,
-                               "help": "source model folder (config.json + weights, optionally a tokenizer)"})
-    dst: str = field(metadata={"positional": True,
-                               "help": "destination folder (must be new or empty unless --overwrite)"})
-    to: Literal["transformers", "hfbert", "google"] | None = field(default=None, metadata={
-        "help": "target format: transformers, hfbert or google (Google's original checkpoint folder); default: the "
-                "other side of the source's model_type, hfbert for a Google folder"})
-    head: str | None = field(default=None, metadata={
-        "help": f"head to convert, one of {', '.join(HEADS)} (default: the config's architectures)"})
-    overwrite: bool = field(default=False, metadata={"help": "replace a non-empty destination"})
-    do_lower_case: bool | None = field(default=None, metadata={
-        "help": "casing of a Google folder's vocab.txt (default: cased exactly when it holds upper-case tokens)"})
-    google_gelu: Literal["tanh"] | None = field(default=None, metadata={
-        "help": "with --to google, a model with the exact (erf) GELU: tanh writes it under Google's 'gelu', the tanh "
-                "approximation, and prints how far its outputs move (default: refuse)"})
-
-    def __post_init__(self):
-        if self.head is not None and self.head.removeprefix("HfBert").removeprefix("Bert") not in HEADS:
-            raise UsageError(f"--head must be one of {', '.join(HEADS)}, got {self.head!r}")
-        if not Path(self.src).is_dir():
-            raise UsageError(f"source folder {self.src} does not exist")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``hfbert convert SRC DST``: convert and print where the folder went."""
     prog = "hfbert convert"
-    args = CommandParser(prog, ConvertArguments,
-                         description="Convert a model folder between hfbert and stock transformers BERT (the "
-                                     "direction is read from the source's config.json unless --to is given).")
-    args = args.parse(argv)
+    args = command_parser().parse(argv)
 
     def run() -> int:
         out = convert(args.src, args.dst, to=args.to, head=args.head, overwrite=args.overwrite,

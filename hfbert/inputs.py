@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import fsspec
-from datasets import Dataset, IterableDataset
 
 __all__ = ["Files", "Rows", "Stream", "expand_paths", "names_files", "open_binary", "pick_column", "text_source"]
 
@@ -129,6 +128,8 @@ def text_source(source, *, text_column: str | None = None,
                 columns: Sequence[str] = ("sentences", "text")) -> Files | Rows | Stream:
     """What ``source`` means (see the module docstring): its files, its rows in memory, or a stream. A dataset's
     column is ``text_column``, else the first of ``columns`` it has."""
+    from datasets import Dataset, IterableDataset  # here, not above: reading settings never needs datasets
+
     if isinstance(source, Dataset):
         return Rows(source, pick_column(source.column_names, text_column, "the dataset", columns), "dataset")
     if isinstance(source, IterableDataset):

@@ -26,6 +26,8 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from .optim_names import OPTIMIZERS
+
 __all__ = [
     "OPTIMIZERS",
     "NO_DECAY_KEYWORDS",
@@ -40,9 +42,6 @@ __all__ = [
 
 #: Substrings of parameter names that get no weight decay (Google's list).
 NO_DECAY_KEYWORDS: tuple[str, ...] = ("LayerNorm", "layer_norm", "bias")
-
-#: Names accepted by :func:`create_optimizer`.
-OPTIMIZERS: tuple[str, ...] = ("adamw", "adam_google", "lamb")
 
 
 def param_groups(

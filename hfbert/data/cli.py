@@ -20,12 +20,11 @@ from ..hub import HubDownloadError, HubPushError
 from ..inputs import open_binary
 from .engines import ENGINES
 from .manifest import MANIFEST, Manifest
-from .prepared import prepare_corpus, push_prepared
 from .report import render_report
 from .settings import ExampleSettings
 from .sources import load_dataset_split
 
-__all__ = ["PrepareArguments", "main"]
+__all__ = ["PrepareArguments", "command_parser", "main"]
 
 PROG = "hfbert prepare"
 
@@ -79,10 +78,17 @@ def _source(args: PrepareArguments):
     return args.input if args.dataset is None else load_dataset_split(args.dataset, args.dataset_split)
 
 
+def command_parser() -> CommandParser:
+    """The ``hfbert prepare`` parser (this module loads neither transformers nor datasets: ``--help`` is quick)."""
+    return CommandParser(PROG, PrepareArguments, description=__doc__.split("\n\n")[0])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = CommandParser(PROG, PrepareArguments, description=__doc__.split("\n\n")[0]).parse(argv)
+    args = command_parser().parse(argv)
 
     def run() -> int:
+        from .prepared import prepare_corpus, push_prepared  # the builder: transformers, datasets
+
         with warnings.catch_warnings(record=True):  # the report lists them; printed below
             warnings.simplefilter("always")
             folder = prepare_corpus(_source(args), args.output_dir, args.example_settings(), tokenizer=args.tokenizer,

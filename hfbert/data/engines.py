@@ -30,8 +30,6 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_all_start_methods, get_context
 from typing import Any
 
-from datasets.utils import tqdm as hf_tqdm
-
 __all__ = ["ENGINES", "local_cluster", "run_tasks"]
 
 ENGINES = ("local", "dask")
@@ -76,6 +74,8 @@ def run_tasks(function: Callable[[Any], Any], tasks: Sequence, *, engine: str = 
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     if scheduler is not None and engine != "dask":
         raise ValueError("scheduler is the address of a Dask scheduler: it needs engine='dask'")
+    from datasets.utils import tqdm as hf_tqdm  # datasets' bar (its verbosity settings); ENGINES is read without it
+
     with hf_tqdm(total=len(tasks), desc=desc, unit=unit) as progress:
         if engine == "dask":
             return _run_dask(function, tasks, num_proc, scheduler, progress, keep)

@@ -22,8 +22,6 @@ from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from .shards import write_atomically
-
 __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "Manifest", "PreparedDataError", "ShardRecord", "SplitRecord",
            "TokenizerRecord",
            "dataset_card"]
@@ -142,6 +140,8 @@ class Manifest:
 
     def write(self, folder: str | Path) -> None:
         """Write ``folder/hfbert_prepare.json`` (a local folder or an fsspec URL) atomically."""
+        from .shards import write_atomically  # the shard builder: reading a manifest (or a setting) needs none of it
+
         write_atomically(str(folder), MANIFEST, self.to_json().encode())
 
     # -- what it says ---------------------------------------------------------------------------------------

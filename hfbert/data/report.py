@@ -10,11 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from datasets import Dataset
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 __all__ = [
     "assemble_report", "build_report", "content_digest", "line_sketch", "merge_line_sketches",

@@ -16,11 +16,12 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
 import fsspec
-from datasets import Dataset
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 from ..usage import UsageError
 from ..inputs import Rows, Stream, is_url, open_binary, pick_column, text_source
@@ -132,6 +133,8 @@ class DocumentStream:
 
 def load_dataset_split(name: str, split: str) -> Dataset:
     """A ``save_to_disk`` folder or a ``load_dataset`` name, reduced to ``split`` when it holds several."""
+    import datasets  # here, not above: the settings this module checks are read without datasets
+
     loaded = datasets.load_from_disk(name) if Path(name).is_dir() else datasets.load_dataset(name)
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
@@ -172,7 +175,9 @@ def resolve_input(source, *, input_layout: str | None = None, document_boundary:
         if isinstance(meant, Stream) or (streaming and isinstance(meant, Rows) and meant.name == "dataset"):
             if isinstance(meant, Rows):
                 meant = Stream(meant.rows.to_iterable_dataset(), meant.column)
-            if not isinstance(meant.items, datasets.IterableDataset):
+            from datasets import IterableDataset  # a stream of rows is made of datasets' objects
+
+            if not isinstance(meant.items, IterableDataset):
                 raise TypeError("source must be None (the built-in corpus), a path, glob or URL, a list of them, a "
                                 f"datasets.Dataset or IterableDataset or a list of documents; got "
                                 f"{type(source).__name__}")

@@ -28,11 +28,10 @@ from typing import Any
 from ..arguments import CommandParser, run_command
 from ..usage import UsageError
 from .report import plot_results, results_table, summarize, write_results_card
-from ..data.shards import write_atomically
 from .suites import PreparedTask, Suite, SuiteTask, check_suite, data_fingerprint, load_suite, prepare_task
 
 __all__ = ["PLOT_FILE", "RESULTS_FILE", "RESULT_FILE", "EvaluateArguments", "EvaluationError", "check_settings",
-           "evaluate", "evaluate_exported", "evaluation_dir", "main", "recipe_argv"]
+           "command_parser", "evaluate", "evaluate_exported", "evaluation_dir", "main", "recipe_argv"]
 
 RESULT_FILE = "result.json"  # one (task, seed) run
 RESULTS_FILE = "results.json"  # the whole evaluation
@@ -84,12 +83,17 @@ def _check_seeds(seeds: Sequence[int]) -> None:
         raise UsageError(f"--seeds {list(seeds)} repeats a seed")
 
 
+def command_parser() -> CommandParser:
+    """The ``hfbert evaluate`` parser (this module loads neither torch nor datasets until a suite runs)."""
+    return CommandParser("hfbert evaluate", EvaluateArguments, description=(
+        "Fine-tune MODEL on every task of a suite, once per seed, and report each task's score (mean and spread "
+        "over the seeds) and their average: a table, results.json and results.png."))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``hfbert evaluate``; exit status 2 for a bad setting or suite (one line, before any training), 1 for a run
     that failed (one line naming its log)."""
-    args = CommandParser("hfbert evaluate", EvaluateArguments, description=(
-        "Fine-tune MODEL on every task of a suite, once per seed, and report each task's score (mean and spread "
-        "over the seeds) and their average: a table, results.json and results.png.")).parse(argv)
+    args = command_parser().parse(argv)
     settings = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.name != "model"}
     settings["progress"] = settings.pop("progress_bar")
     return run_command("hfbert evaluate", lambda: _print(evaluate(args.model, **settings)), errors=(EvaluationError,))
@@ -136,6 +140,8 @@ def evaluate(model: str, suite: str | Path | Suite, *, data_dir: str | Path | No
     bar.close()
     summary = summarize(suite, model, seeds, runs, prepared)
     summary["output_dir"] = str(out)
+    from ..data.shards import write_atomically  # with the data builder (datasets): not for reading the settings
+
     write_atomically(str(out), RESULTS_FILE, json.dumps(summary, indent=1, ensure_ascii=False).encode("utf-8"))
     plot_results(summary, out / PLOT_FILE)
     if write_card:
@@ -284,6 +290,8 @@ def _run(task: SuiteTask, seed: int, model: str, data: PreparedTask, run_dir: Pa
     result = {"task": task.name, "seed": seed, "key": key, "scores": {m: float(metrics[m]) for m in task.metrics},
               "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
               "seconds": round(seconds, 1)}
+    from ..data.shards import write_atomically
+
     write_atomically(str(run_dir), RESULT_FILE, json.dumps(result, indent=1).encode("utf-8"))
     return result
 

@@ -40,7 +40,6 @@ from typing import Any
 
 import yaml
 
-from ..data.shards import write_atomically
 from ..usage import UsageError
 
 __all__ = ["SUITE_DIR", "TASK_TYPES", "PreparedTask", "Suite", "SuiteTask", "TaskType", "check_suite", "find_suite",
@@ -489,6 +488,8 @@ def prepare_task(task: SuiteTask, suite: Suite, data_dir, folder: Path) -> Prepa
         labels = build_label_list([*rows["train"][task.columns["tags"]], *rows["validation"][task.columns["tags"]]])
     done = {"key": key, "train_rows": len(rows["train"]), "validation_rows": len(rows["validation"]),
             "source": source, "labels": labels}
+    from ..data.shards import write_atomically  # with the data builder (datasets): not for reading a suite
+
     write_atomically(str(folder), record.name, json.dumps(done, indent=1, ensure_ascii=False).encode("utf-8"))
     return _prepared(folder, done)
 
@@ -573,5 +574,7 @@ def _tag_names(ds, column: str):
 
 
 def _write_jsonl(ds, path: Path) -> None:
+    from ..data.shards import write_atomically
+
     write_atomically(str(path.parent), path.name, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in ds)
                      .encode("utf-8"))

@@ -13,15 +13,32 @@
 ``python -m hfbert.pretrain`` and ``hfbert pretrain`` run :func:`main`; ``pretrain(config)`` is the same job as a
 function, and ``pretrain(config, callbacks=[...], model_init=...)`` lets a caller watch and steer it or supply
 the model.
+
+The names below are imported on first use (PEP 562): reading the settings (:mod:`~hfbert.pretrain.config`, what
+``hfbert pretrain --help`` shows) loads neither torch nor the training loop.
 """
 
-from .callbacks import DefaultSchedule, PretrainCallback, TrainingControl
-from .config import ConfigError, Phase, PretrainConfig, load_config, parse_args, resolve_phases
-from .export import CURVE_FILE, LOG_FILE, METRICS_FILE, fill_mask_example, plot_curve
-from .loop import CONFIG_FILE, PretrainResult, TrainingDivergedError, main, preflight, pretrain
+import importlib
 
-__all__ = [
-    "CONFIG_FILE", "CURVE_FILE", "ConfigError", "DefaultSchedule", "LOG_FILE", "METRICS_FILE", "Phase",
-    "PretrainCallback", "PretrainConfig", "PretrainResult", "TrainingControl", "TrainingDivergedError",
-    "fill_mask_example", "load_config", "main", "parse_args", "plot_curve", "preflight", "pretrain", "resolve_phases",
-]
+_EXPORTS = {
+    "callbacks": ["DefaultSchedule", "PretrainCallback", "TrainingControl"],
+    "config": ["ConfigError", "Phase", "PretrainConfig", "load_config", "parse_args", "resolve_phases"],
+    "export": ["CURVE_FILE", "LOG_FILE", "METRICS_FILE", "fill_mask_example", "plot_curve"],
+    "loop": ["CONFIG_FILE", "PretrainResult", "TrainingDivergedError", "main", "preflight", "pretrain"],
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # the next look-up is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -14,13 +14,15 @@ import dataclasses
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..arguments import CommandParser, UsageError, fits_type, load_settings_file
-from ..configuration_hfbert import HfBertConfig
 from ..data.remote import DEFAULT_CACHE_LIMIT, parse_size
 from ..data.settings import ExampleSettings
-from ..optim import OPTIMIZERS
+from ..optim_names import OPTIMIZERS
+
+if TYPE_CHECKING:
+    from ..configuration_hfbert import HfBertConfig
 
 __all__ = ["ConfigError", "PretrainConfig", "Phase", "command_parser", "load_config", "native_mixed_precision",
            "parse_args", "resolve_phases"]
@@ -218,6 +220,8 @@ class PretrainConfig(ExampleSettings):
     def model_config(self, vocab_size: int = 16, pad_token_id: int = 0) -> HfBertConfig:
         """The fresh model's :class:`HfBertConfig`: ``preset`` with the ``model`` overrides, for a vocabulary of
         ``vocab_size`` (before the tokenizer is known, a placeholder: every other value is already final)."""
+        from ..configuration_hfbert import HfBertConfig  # transformers: not needed to read or show the settings
+
         return HfBertConfig.from_preset(self.preset, vocab_size=vocab_size, pad_token_id=pad_token_id, **self.model)
 
     @classmethod

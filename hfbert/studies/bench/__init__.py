@@ -75,24 +75,21 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
-
 from ...arguments import run_command
-from .arguments import BenchArguments, BenchParser
-from .inputs import LEARNED_VOCAB_SIZE, load_corpus, sentence_draw, uniform_draw
-from .report import machine, render, speedups
-from .sections import (
-    bench_inference,
-    bench_pipeline,
-    bench_pretraining,
-    bench_wordpiece,
-)
+from .arguments import BenchArguments, command_parser
 
 __all__ = ["main", "run"]
 
 
 def run(args: BenchArguments) -> dict:
     """The sections asked for, in order, as one report (machine, settings, corpus, each section's rows)."""
+    # Here, not above: importing this package (for its settings, or `hfbert bench --help`) loads no torch.
+    import torch
+
+    from .inputs import LEARNED_VOCAB_SIZE, load_corpus, sentence_draw, uniform_draw
+    from .report import machine, speedups
+    from .sections import bench_inference, bench_pipeline, bench_pretraining, bench_wordpiece
+
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -142,9 +139,11 @@ def run(args: BenchArguments) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = BenchParser("hfbert bench", BenchArguments, description=__doc__.split("\n\n")[0]).parse(argv)
+    args = command_parser().parse(argv)
 
     def body() -> int:
+        from .report import render
+
         report = run(args)
         report["command"] = " ".join(["hfbert bench", *(sys.argv[1:] if argv is None else argv)])
         text = render(report)

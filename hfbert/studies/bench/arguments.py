@@ -12,18 +12,17 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from ...arguments import CommandParser, UsageError
-from ...unpadding_hfbert import ATTENTION_BACKENDS
 from .contenders import BASELINE_ATTENTION, PEERS
 
 # Batch sizes at length 128 that keep one base step within seconds on a small CPU; longer lengths keep the number of
 # tokens per batch (batch * length) about the same.
 DEFAULT_BATCH = {"tiny": 32, "mini": 32, "small": 16, "medium": 16, "base": 8, "large": 4}
 SECTIONS = ("a", "b", "c", "d")
-# Attention backends hfbert can be timed with (--attn_implementations): those torch itself provides.
-ATTN_IMPLEMENTATIONS = tuple(name for name, backend in ATTENTION_BACKENDS.items() if backend.kernel is None)
+# Attention backends hfbert can be timed with (--attn_implementations): those of hfbert.unpadding_hfbert's
+# ATTENTION_BACKENDS whose kernel torch itself provides. Named here, not read from that table, because its module
+# loads torch and this one is what `hfbert bench --help` reads; tests/test_cli_light.py holds the two equal.
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
 
 # What an option left unset means: the full run's value, or with --quick the value that runs in seconds (tiny models
 # on a slice of the corpus, no compiled contenders). batch_size None: per preset (DEFAULT_BATCH).
@@ -58,6 +57,12 @@ def integers(values, option: str) -> list[int]:
         return [int(word) for word in words(values)]
     except ValueError:
         raise UsageError(f"--{option}: expected integers, got {' '.join(map(str, values))!r}") from None
+
+
+def _cuda_available() -> bool:
+    import torch  # only when the settings ask for a GPU
+
+    return torch.cuda.is_available()
 
 
 class BenchParser(CommandParser):
@@ -182,7 +187,7 @@ class BenchArguments:
                 raise UsageError(f"--document_boundary: not a regular expression ({error})") from None
         if self.device.split(":")[0] not in ("cpu", "cuda"):
             raise UsageError(f"--device must be cpu or cuda, got {self.device!r}")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
+        if self.device.startswith("cuda") and not _cuda_available():
             raise UsageError("--device cuda: no CUDA device is available")
 
     def _check_names(self, option: str, known, kind: str, empty: bool = False) -> None:
@@ -208,3 +213,9 @@ class BenchArguments:
 
     def predictions_for(self, length: int) -> int:
         return self.max_predictions_per_seq or max(1, 20 * length // 128)
+
+
+def command_parser() -> BenchParser:
+    """The ``hfbert bench`` parser."""
+    return BenchParser("hfbert bench", BenchArguments,
+                       description="hfbert against transformers' BERT, side by side, in one process.")

@@ -1,18 +1,17 @@
 """The contenders of ``hfbert bench``: what each one is (:class:`ContenderSpec`: library, compiled or not, attention
 backend, padding-free), which the code that runs, counts and reports a contender reads instead of its name, and the
-models it runs (the same weights on both sides).
+models it runs (the same weights on both sides). What a contender is needs no torch (``hfbert bench --help`` reads
+the names); the functions that build the models import it.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from ...configuration_hfbert import HfBertConfig
-from ...modeling_hfbert import HfBertSelfAttention
-from ...unpadding_hfbert import ATTENTION_BACKENDS
+if TYPE_CHECKING:
+    from ...configuration_hfbert import HfBertConfig
 
 # The attention backend transformers runs with; hfbert's row with it is plain "hfbert", and the compiled rows use it.
 BASELINE_ATTENTION = "sdpa"
@@ -60,11 +59,15 @@ class ContenderSpec:
     @property
     def compiles_first(self) -> bool:
         """Whether the contender compiles kernels on its first steps (torch.compile; FlexAttention per shape)."""
+        from ...unpadding_hfbert import ATTENTION_BACKENDS
+
         return self.compiled or ATTENTION_BACKENDS[self.backend].compiles_per_shape
 
     @property
     def attention_dropout(self) -> bool:
         """Whether it trains with attention-probability dropout (not with a backend that takes none)."""
+        from ...unpadding_hfbert import ATTENTION_BACKENDS
+
         return ATTENTION_BACKENDS[self.backend].dropout_in_training
 
     def row(self) -> dict:
@@ -86,6 +89,8 @@ BASELINE = ContenderSpec("transformers").name
 
 
 def model_config(preset: str, vocab_size: int, quick: bool) -> HfBertConfig:
+    from ...configuration_hfbert import HfBertConfig
+
     if quick:
         return HfBertConfig(vocab_size=vocab_size, **QUICK_CONFIG)
     return HfBertConfig.from_preset(preset, vocab_size=vocab_size)
@@ -93,6 +98,8 @@ def model_config(preset: str, vocab_size: int, quick: bool) -> HfBertConfig:
 
 def twins(hfbert_class, transformers_class, config, device, seed: int = 0):
     """The hfbert model and the transformers model of the same head, holding the same weights (SDPA both)."""
+    import torch
+
     torch.manual_seed(seed)
     ours = hfbert_class(config)
     bert_config = config.to_bert_config()
@@ -116,6 +123,8 @@ def with_attention(model, backend: str):
 def without_attention_dropout(model) -> None:
     """Attention-probability dropout off, for a backend that takes none when training (transformers'
     flex_attention)."""
+    from ...modeling_hfbert import HfBertSelfAttention
+
     for module in model.modules():
         if isinstance(module, HfBertSelfAttention):
             module.dropout.p = 0.0
