@@ -160,8 +160,11 @@ class PretrainConfig(ExampleSettings):
     eval_batch_size: int = _setting(64, "examples per process per evaluation batch")
     save_steps: int = _setting(250, "optimizer steps between checkpoints")
     keep_last: int = _setting(2, "checkpoints kept")
-    report_to: list[str] = _setting(help="trackers: jsonl (always on) and tensorboard (when installed)",
-                                    factory=lambda: ["jsonl", "tensorboard"])
+    report_to: list[str] = _setting(
+        help="trackers: jsonl (always on), tensorboard (when installed), and any of Accelerate's wandb, mlflow, "
+             "trackio, comet_ml, aim, clearml, dvclive and swanlab (each needs its package, configured as usual: "
+             "WANDB_MODE, MLFLOW_TRACKING_URI, ...); every one gets the same scalars and the run's settings",
+        factory=lambda: ["jsonl", "tensorboard"])
     progress_bar: bool = _setting(True, "show a progress bar")
     output_dir: str = _setting("out/hfbert-tiny-austen", "folder of the run: checkpoints, logs, the exported model")
     resume: bool = _setting(False, "continue from the latest checkpoint in output_dir")
@@ -307,14 +310,33 @@ def _check_values(c: PretrainConfig) -> None:
         parse_size(c.cache_limit)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    unknown_trackers = sorted(set(c.report_to) - {"jsonl", "tensorboard"})
-    _require(not unknown_trackers, f"report_to accepts 'jsonl' and 'tensorboard', got {unknown_trackers}")
+    _check_trackers(c.report_to)
     _require(bool(c.output_dir), "output_dir must not be empty")
     for text in c.fill_mask_text:
         _require("[MASK]" in text, f"fill_mask_text must contain [MASK], got {text!r}")
     _check_model_overrides(c)
     _check_evaluation(c)
 
+
+
+# --report_to: hfbert's JSON lines, then Accelerate's trackers, each with the module it imports and the package that
+# installs it. TensorBoard is on by default, so it is used where installed and skipped elsewhere; another tracker is
+# asked for by name, and a missing package stops the run before any work.
+TRACKERS = {"jsonl": None, "tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"),
+            "mlflow": ("mlflow", "mlflow"), "trackio": ("trackio", "trackio"), "comet_ml": ("comet_ml", "comet-ml"),
+            "aim": ("aim", "aim"), "clearml": ("clearml", "clearml"), "dvclive": ("dvclive", "dvclive"),
+            "swanlab": ("swanlab", "swanlab")}
+
+
+def _check_trackers(report_to: list[str]) -> None:
+    from importlib.util import find_spec
+
+    unknown = sorted(set(report_to) - set(TRACKERS))
+    _require(not unknown, f"report_to accepts {', '.join(TRACKERS)}; got {unknown}")
+    for name in report_to:
+        if name not in ("jsonl", "tensorboard") and find_spec(TRACKERS[name][0]) is None:
+            raise ConfigError(f"report_to {name} needs the {TRACKERS[name][1]} package, which is not installed: "
+                              f"pip install {TRACKERS[name][1]}")
 
 def _check_evaluation(c: PretrainConfig) -> None:
     """The downstream suite runs after training, so everything it can be checked for is checked now: the suite,

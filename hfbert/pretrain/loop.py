@@ -26,7 +26,6 @@ resumable state in ``checkpoint-*`` folders and logs in ``runs/`` (neither is up
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import shutil
@@ -65,7 +64,7 @@ from .recovery import (
     resume_run,
 )
 from .export import LOG_FILE, export, push
-from .tracking import JsonlTracker
+from .tracking import JsonlTracker, accelerate_trackers, start_trackers
 
 __all__ = ["PretrainResult", "TrainingDivergedError", "main", "pretrain", "preflight"]
 
@@ -170,7 +169,7 @@ subclass of it is also given the batch's ``packed_rows`` and ``supervised_positi
     # The schedule is stepped here once per optimizer step; accelerate's wrapper would step it once per process.
     accelerator.register_for_checkpointing(scheduler)
     state = _resume(start, config, accelerator, model, optimizer, scheduler) if start.resuming else LoopState()
-    accelerator.init_trackers("hfbert-pretrain", config=_tracker_config(config, data))
+    start_trackers(accelerator, _tracker_config(config, data))
     loop = _Loop(config, accelerator, model, optimizer, scheduler, data, phases, state, handler)
     try:
         stopped_by = loop.run()
@@ -238,9 +237,8 @@ def preflight(config: PretrainConfig, accelerator=None) -> RunStart:
 
 def _make_accelerator(config: PretrainConfig):
     output_dir = Path(config.output_dir)
-    trackers: list[Any] = [JsonlTracker(output_dir / LOG_FILE)]  # always: the curve, card and resume read it
-    if "tensorboard" in config.report_to and importlib.util.find_spec("tensorboard") is not None:
-        trackers.append("tensorboard")
+    # JSON lines always (the curve, the card and a resume read them), then the --report_to trackers of Accelerate.
+    trackers: list[Any] = [JsonlTracker(output_dir / LOG_FILE), *accelerate_trackers(config.report_to)]
     # Without a GPU, say so: accelerate only sets up multi-process CPU training (gloo) for cpu=True.
     on_cpu = not (torch.cuda.is_available() or torch.backends.mps.is_available())
     compiled = None

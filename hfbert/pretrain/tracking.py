@@ -1,8 +1,14 @@
-"""A JSON-lines experiment tracker for Accelerate (one JSON object per ``accelerator.log`` call).
+"""The trackers of ``hfbert pretrain``: a JSON-lines tracker of its own, and the ones of Accelerate.
 
-Accelerate ships trackers for hosted services and TensorBoard, none that writes a plain local file. This one is
-always on in ``hfbert pretrain``: the loss curve, the model card and the resume tests all read it. Each line is
-``{"step": int, ...values}``; the run's configuration is the first line, ``{"config": {...}}``.
+Accelerate ships trackers for hosted services and TensorBoard, none that writes a plain local file. The JSON-lines
+one is always on in ``hfbert pretrain``: the loss curve, the model card and the resume tests all read it. Each line
+is ``{"step": int, ...values}``; the run's configuration is the first line, ``{"config": {...}}``.
+
+``--report_to`` adds Accelerate's trackers (:data:`~hfbert.pretrain.config.TRACKERS`: TensorBoard, Weights &
+Biases, MLflow, Trackio, Comet, Aim, ClearML, DVCLive, SwanLab), as a ``Trainer`` reports to them: each gets the same
+scalars at the same steps, and the run's settings as its config, under the project name ``hfbert-pretrain``. Each is
+configured the way its library is (``WANDB_MODE=offline``, ``MLFLOW_TRACKING_URI``, ...). A resumed run is a new
+run in them.
 
 Resuming rewrites the file up to the checkpoint's step (:meth:`JsonlTracker.truncate_after`), so a run that was
 interrupted and resumed logs exactly the lines of an uninterrupted one.
@@ -17,7 +23,12 @@ from typing import Any
 
 from accelerate.tracking import GeneralTracker
 
-__all__ = ["JsonlTracker", "read_jsonl"]
+from .checkpointing import from_main
+from .config import TRACKERS, ConfigError
+
+__all__ = ["PROJECT", "JsonlTracker", "accelerate_trackers", "read_jsonl", "start_trackers"]
+
+PROJECT = "hfbert-pretrain"  # the project (experiment) name every tracker files the run under
 
 
 def _plain(value: Any) -> Any:
@@ -83,3 +94,39 @@ def read_jsonl(path: str | Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return records
+
+
+def accelerate_trackers(report_to: list[str]) -> list[str]:
+    """The trackers of ``report_to`` that Accelerate runs: TensorBoard where installed (it is on by default), every
+    other one as asked (the settings checked that its package is installed). Raises :class:`ConfigError` for an
+    installed package that this Accelerate cannot use."""
+    import accelerate
+    from accelerate.tracking import get_available_trackers
+
+    usable = {str(tracker) for tracker in get_available_trackers()}
+    names = [name for name in report_to if name != "jsonl" and (name != "tensorboard" or name in usable)]
+    for name in names:
+        if name not in usable:
+            raise ConfigError(f"report_to {name}: accelerate {accelerate.__version__} cannot use the installed "
+                              f"{TRACKERS[name][1]} package (see accelerate.utils.is_{name}_available)")
+    return names
+
+
+def start_trackers(accelerator, values: dict[str, Any]) -> None:
+    """``accelerator.init_trackers`` with ``values`` (the run's settings) as every tracker's config. A tracker that
+    does not start (a service not configured or not reachable) stops every process before training, with one
+    line that names the trackers: the trackers start on the main process, which tells the others."""
+    failed = None
+    try:
+        accelerator.init_trackers(PROJECT, config=values)
+    except Exception as err:  # whatever the tracker's library raises
+        names = [t.name if isinstance(t, GeneralTracker) else str(t) for t in accelerator.log_with]
+        names = ", ".join(name for name in names if name != "jsonl")
+        failed = ConfigError(f"report_to: a tracker ({names}) did not start: {type(err).__name__}: "
+                             f"{(str(err).strip().splitlines() or [''])[0]}")
+
+    def check() -> None:
+        if failed is not None:
+            raise failed
+
+    from_main(accelerator, check)
