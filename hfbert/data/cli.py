@@ -16,13 +16,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..arguments import CommandParser, UsageError, run_command
-from ..hub import HubDownloadError, HubPushError
-from ..inputs import open_binary
 from .engines import ENGINES
-from .manifest import MANIFEST, Manifest
-from .report import render_report
 from .settings import ExampleSettings
-from .sources import load_dataset_split
 
 __all__ = ["PrepareArguments", "command_parser", "main"]
 
@@ -75,6 +70,8 @@ class PrepareArguments(ExampleSettings):
 
 
 def _source(args: PrepareArguments):
+    from .sources import load_dataset_split
+
     return args.input if args.dataset is None else load_dataset_split(args.dataset, args.dataset_split)
 
 
@@ -85,10 +82,15 @@ def command_parser() -> CommandParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = command_parser().parse(argv)
+    # Here, not above: `hfbert prepare --help` and a bad setting need neither the builder (transformers, datasets)
+    # nor huggingface_hub and pyarrow.
+    from ..hub import HubDownloadError, HubPushError
+    from ..inputs import open_binary
+    from .manifest import MANIFEST, Manifest
+    from .prepared import prepare_corpus, push_prepared
+    from .report import render_report
 
     def run() -> int:
-        from .prepared import prepare_corpus, push_prepared  # the builder: transformers, datasets
-
         with warnings.catch_warnings(record=True):  # the report lists them; printed below
             warnings.simplefilter("always")
             folder = prepare_corpus(_source(args), args.output_dir, args.example_settings(), tokenizer=args.tokenizer,
