@@ -318,7 +318,6 @@ def _check_values(c: PretrainConfig) -> None:
     _check_evaluation(c)
 
 
-
 # --report_to: hfbert's JSON lines, then Accelerate's trackers, each with the module it imports and the package that
 # installs it. TensorBoard is on by default, so it is used where installed and skipped elsewhere; another tracker is
 # asked for by name, and a missing package stops the run before any work.
@@ -337,6 +336,7 @@ def _check_trackers(report_to: list[str]) -> None:
         if name not in ("jsonl", "tensorboard") and find_spec(TRACKERS[name][0]) is None:
             raise ConfigError(f"report_to {name} needs the {TRACKERS[name][1]} package, which is not installed: "
                               f"pip install {TRACKERS[name][1]}")
+
 
 def _check_evaluation(c: PretrainConfig) -> None:
     """The downstream suite runs after training, so everything it can be checked for is checked now: the suite,
