@@ -19,7 +19,8 @@ from .arguments import run_command
 # subcommand -> (module:function, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("hfbert.pretrain:main", "pretrain a BERT (corpus -> vocabulary -> examples -> Hub-format folder)"),
-    "train-tokenizer": ("hfbert.tokenization:main", "train a WordPiece vocabulary and save a BERT tokenizer"),
+    "train-tokenizer": ("hfbert.vocabulary:main", "train a WordPiece vocabulary, or extend a pretrained BERT's, "
+                                                  "and save a BERT tokenizer"),
     "prepare": ("hfbert.data.cli:main", "build NSP/MLM pretraining examples into Parquet shards (a prepared corpus)"),
     "push": ("hfbert.hub:main", "push a saved model folder to the Hub (branch and tag supported)"),
     "convert": ("hfbert.convert:main", "convert between hfbert and stock transformers BERT folders"),

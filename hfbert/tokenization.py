@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -48,9 +47,8 @@ from tokenizers.models import WordPiece
 from tqdm.auto import tqdm
 from transformers import BertTokenizer
 
-from .arguments import run_command
 from .inputs import Files, Rows, Stream, open_binary, text_source
-from .tokenizer_settings import SPECIAL_TOKENS, TrainTokenizerArguments, check_train_args, command_parser
+from .tokenizer_settings import SPECIAL_TOKENS, TrainTokenizerArguments, check_train_args
 from .wordpiece import (  # noqa: F401 -- WordCacheEncoder: also importable from here
     GOOGLE_MAX_INPUT_CHARS_PER_WORD,
     WordCacheEncoder,
@@ -63,8 +61,9 @@ __all__ = [
     "HfBertTokenizer",
     "TrainTokenizerArguments",
     "bert_tokenizer_from_vocab",
+    "count_words",
+    "learn_wordpiece",
     "load_vocab",
-    "main",
     "tokenize_dataset",
     "train_wordpiece",
 ]
@@ -472,9 +471,23 @@ def train_wordpiece(
         model_max_length: what ``truncation=True`` cuts to; 512 is BERT's number of learned positions.
     """
     check_train_args(vocab_size, min_frequency, num_unused, limit_alphabet, max_input_chars_per_word)
+    backend = _training_backend(lowercase, strip_accents, handle_chinese_chars, max_input_chars_per_word)
+    words = count_words(corpus, backend, text_column=text_column, on_decode_error=on_decode_error,
+                        show_progress=show_progress)
+    vocab = learn_wordpiece(words, vocab_size, min_frequency=min_frequency, num_unused=num_unused,
+                            limit_alphabet=limit_alphabet, show_progress=show_progress)
+    return bert_tokenizer_from_vocab(vocab, lowercase=lowercase, strip_accents=strip_accents,
+                                     handle_chinese_chars=handle_chinese_chars, model_max_length=model_max_length,
+                                     max_input_chars_per_word=max_input_chars_per_word)
+
+
+def count_words(corpus: Any, backend: Tokenizer, *, text_column: str = "text", on_decode_error: str = "raise",
+                show_progress: bool = False) -> dict[str, int]:
+    """The words ``backend``'s normalizer and pre-tokenizer make of ``corpus`` (any corpus :func:`train_wordpiece`
+    takes, read once), and how often each occurs. Raises ``ValueError`` for an empty corpus and, with
+    ``on_decode_error="raise"``, for a file that is not UTF-8."""
     if on_decode_error not in ("raise", "replace"):
         raise ValueError(f"on_decode_error must be 'raise' or 'replace', got {on_decode_error!r}")
-    specials = _special_tokens(num_unused)
     stats = _CorpusStats()
     batches = _corpus_batches(corpus, text_column, on_decode_error, stats)
     if show_progress:
@@ -486,13 +499,21 @@ def train_wordpiece(
     if stats.replaced_bytes:
         warnings.warn(
             f"replaced {stats.replaced_bytes} undecodable byte sequence(s) with U+FFFD while reading the corpus",
-            stacklevel=2,
+            stacklevel=3,
         )
-    backend = _training_backend(lowercase, strip_accents, handle_chinese_chars, max_input_chars_per_word)
     words = _word_counts(chunks, backend)
-    del chunks
     if not words:
         raise ValueError("the corpus contains no characters that survive BERT's text cleaning")
+    return words
+
+
+def learn_wordpiece(words: dict[str, int], vocab_size: int, *, min_frequency: int = 2, num_unused: int = 0,
+                    limit_alphabet: int | None = None, show_progress: bool = False, fill: bool = True
+                    ) -> dict[str, int]:
+    """The WordPiece vocabulary (token -> id, laid out as the module docstring says) learned from word counts
+    (:func:`count_words`): exactly ``vocab_size`` entries; with ``fill=False``, whatever the trainer learns when
+    asked for that many (fewer when the words cannot give them, more when the alphabet alone exceeds them)."""
+    specials = _special_tokens(num_unused)
     # The trainer numbers its special tokens first, in the order given: naming the whole alphabet as special
     # tokens fixes every id it starts from, hence its tie-breaks.  Its merge loop is otherwise a function of the
     # counts and those ids; the one exception, two queue entries for one pair with equal counts, needs a sub-word
@@ -514,10 +535,9 @@ def train_wordpiece(
     counter.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # the words are BERT's already; spaces part them
     counter.train_from_iterator(_as_texts(words), trainer=trainer)
     learned = counter.get_vocab(with_added_tokens=False)
-    vocab = _fit_vocab_size(learned, vocab_size, len(specials), min_frequency)
-    return bert_tokenizer_from_vocab(vocab, lowercase=lowercase, strip_accents=strip_accents,
-                                     handle_chinese_chars=handle_chinese_chars, model_max_length=model_max_length,
-                                     max_input_chars_per_word=max_input_chars_per_word)
+    if not fill:
+        return {token: i for i, token in enumerate(sorted(learned, key=learned.__getitem__))}
+    return _fit_vocab_size(learned, vocab_size, len(specials), min_frequency)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -589,38 +609,3 @@ def tokenize_dataset(
     elif num_proc not in (None, 1):
         raise ValueError("num_proc is not supported for an IterableDataset (it is tokenized lazily)")
     return dataset.map(_tokenize_batch, **kwargs)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# CLI: hfbert train-tokenizer
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``hfbert train-tokenizer``: train, save, and print where the files went."""
-    prog = "hfbert train-tokenizer"
-    args = command_parser().parse(argv)
-
-    def run() -> int:
-        tokenizer = train_wordpiece(
-            [Path(p) for p in args.input],
-            vocab_size=args.vocab_size,
-            lowercase=args.lowercase,
-            strip_accents=args.strip_accents,
-            handle_chinese_chars=args.handle_chinese_chars,
-            min_frequency=args.min_frequency,
-            num_unused=args.num_unused,
-            limit_alphabet=args.limit_alphabet,
-            max_input_chars_per_word=args.max_input_chars_per_word,
-            on_decode_error=args.on_decode_error,
-            show_progress=args.progress_bar,
-        )
-        tokenizer.save_pretrained(args.output_dir)
-        print(f"saved a {len(tokenizer)}-entry WordPiece tokenizer to {args.output_dir}")
-        return 0
-
-    # ValueError: what the corpus cannot give (a non-UTF-8 line, too few entries), each naming the file or setting.
-    return run_command(prog, run, errors=(ValueError, OSError))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

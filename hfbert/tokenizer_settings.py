@@ -49,12 +49,21 @@ def check_train_args(
 
 @dataclass
 class TrainTokenizerArguments:
-    """The settings of ``hfbert train-tokenizer`` (the keyword arguments of :func:`train_wordpiece`)."""
+    """The settings of ``hfbert train-tokenizer``: the keyword arguments of :func:`hfbert.train_wordpiece`, or with
+    ``--extend`` of :func:`hfbert.vocabulary.extend_wordpiece`."""
 
-    input: list[str] = field(metadata={"help": "UTF-8 text files, one text per line"})
-    vocab_size: int = field(metadata={"help": "total vocabulary size, special tokens and [unused*] slots included"})
+    input: list[str] = field(metadata={"help": "UTF-8 text files, one text per line (with --extend: the domain text)"})
     output_dir: str = field(metadata={"help": "folder to write the tokenizer to (created if missing)",
                                       "aliases": ["--output"]})
+    vocab_size: int | None = field(default=None, metadata={
+        "help": "total vocabulary size, special tokens and [unused*] slots included (not with --extend)"})
+    extend: str | None = field(default=None, metadata={
+        "metavar": "MODEL",
+        "help": "extend this pretrained BERT's vocabulary instead of training one: a Hub model id, or an hfbert, "
+                "transformers or Google BERT folder; entries learned from --input are appended to its vocab.txt, "
+                "and its casing is kept"})
+    add: int | None = field(default=None, metadata={
+        "metavar": "N", "help": "with --extend: the most entries to add (those that save the most tokens on --input)"})
     lowercase: bool = field(default=True, metadata={
         "help": "lower-case the text (--no_lowercase keeps case and, unless --strip_accents true, accents)"})
     strip_accents: bool | None = field(default=None, metadata={
@@ -71,9 +80,11 @@ class TrainTokenizerArguments:
     progress_bar: bool = field(default=True, metadata={"help": "draw a progress bar while training"})
 
     def __post_init__(self):
+        self._check_mode()
+        size = len(SPECIAL_TOKENS) + self.num_unused + 1 if self.vocab_size is None else self.vocab_size
         try:
-            check_train_args(self.vocab_size, self.min_frequency, self.num_unused, self.limit_alphabet,
-                              self.max_input_chars_per_word)
+            check_train_args(size, self.min_frequency, self.num_unused, self.limit_alphabet,
+                             self.max_input_chars_per_word)
         except (TypeError, ValueError) as err:
             raise UsageError(f"--{err}") from None  # the messages start with the setting's name
         for path in self.input:
@@ -82,9 +93,30 @@ class TrainTokenizerArguments:
         if Path(self.output_dir).exists() and not Path(self.output_dir).is_dir():
             raise UsageError(f"--output_dir: {self.output_dir} exists and is not a folder")
 
+    def _check_mode(self) -> None:
+        """A new vocabulary needs its size; an extension takes the model's size and text pipeline, plus --add."""
+        if self.extend is None:
+            if self.vocab_size is None:
+                raise UsageError("--vocab_size is required (or --extend MODEL --add N to extend a model's vocabulary)")
+            if self.add is not None:
+                raise UsageError("--add is the number of entries --extend adds; give --extend MODEL too")
+            return
+        if self.vocab_size is not None:
+            raise UsageError(f"--vocab_size: the extended vocabulary is {self.extend}'s plus at most --add entries; "
+                             "drop --vocab_size")
+        if isinstance(self.add, bool) or not isinstance(self.add, int) or self.add < 1:
+            raise UsageError(f"--add must be an int >= 1 with --extend, got {self.add}")
+        own = {"lowercase": True, "strip_accents": None, "handle_chinese_chars": True, "num_unused": 0,
+               "max_input_chars_per_word": GOOGLE_MAX_INPUT_CHARS_PER_WORD}
+        changed = [name for name, default in own.items() if getattr(self, name) != default]
+        if changed:
+            raise UsageError(f"--{changed[0]}: --extend keeps {self.extend}'s text pipeline and ids (its casing, "
+                             "accents, CJK handling, word-length limit and [unused*] slots); drop it")
+
 
 def command_parser() -> CommandParser:
     """The ``hfbert train-tokenizer`` parser."""
     return CommandParser("hfbert train-tokenizer", TrainTokenizerArguments,
-                         description="Learn a WordPiece vocabulary from text files and save a BERT tokenizer in Hub "
-                                     "format.")
+                         description="Learn a WordPiece vocabulary from text files, or extend a pretrained BERT's "
+                                     "with entries learned from domain text (--extend), and save a BERT tokenizer "
+                                     "in Hub format.")

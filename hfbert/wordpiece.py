@@ -1,7 +1,8 @@
 """The BERT text pipeline in `tokenizers` terms, and a cached WordPiece encoder for building data in bulk.
 
 :func:`build_normalizer` and :func:`build_pre_tokenizer` are Google's BasicTokenizer as `tokenizers` components;
-:class:`WordCacheEncoder` gives the ids of that pipeline for many texts at once.  This module needs only `tokenizers`
+:func:`wordpiece_split` is its WordPiece step for one word; :class:`WordCacheEncoder` gives the ids of that pipeline
+for many texts at once.  This module needs only `tokenizers`
 and numpy: the processes that build a prepared corpus import it without transformers.
 
 Where the stock `tokenizers` BERT pipeline differs from Google's published algorithm, the pipeline built
@@ -29,7 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from itertools import chain
 from typing import Any
 
@@ -38,6 +39,7 @@ from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
 
 __all__ = [
     "GOOGLE_MAX_INPUT_CHARS_PER_WORD", "WordCacheEncoder", "build_normalizer", "build_pre_tokenizer", "concat_ranges",
+    "wordpiece_split",
 ]
 
 GOOGLE_MAX_INPUT_CHARS_PER_WORD = 200
@@ -210,27 +212,37 @@ class WordCacheEncoder:
 
     def _wordpiece(self, word: str) -> list[int]:
         """`tokenizers`' ``WordPiece.tokenize``: greedy longest-match-first, [UNK] for a long or unsplittable word."""
-        if len(word) > self.max_chars:
-            return [self.unk_id]
-        vocab, ids, start, n = self.vocab, [], 0, len(word)
-        while start < n:
-            end = n
-            while start < end:
-                piece = vocab.get(word[start:end] if start == 0 else self.prefix + word[start:end])
-                if piece is not None:
-                    break
-                end -= 1
-            else:
-                return [self.unk_id]
-            ids.append(piece)
-            start = end
-        return ids
+        pieces = wordpiece_split(word, self.vocab, prefix=self.prefix, max_chars=self.max_chars)
+        return [self.unk_id] if pieces is None else [self.vocab[piece] for piece in pieces]
 
     def _arrays(self) -> tuple[Any, Any, Any]:
         if self._table is None:
             lengths = np.asarray(self._lengths, dtype=np.int64)
             self._table = (np.cumsum(lengths) - lengths, lengths, np.asarray(self._pieces, dtype=np.int32))
         return self._table
+
+
+def wordpiece_split(word: str, vocab: Container[str], *, prefix: str = "##",
+                    max_chars: int = GOOGLE_MAX_INPUT_CHARS_PER_WORD, inside: bool = False) -> list[str] | None:
+    """The pieces of one (normalized, pre-tokenized) word: WordPiece's greedy longest-match-first, as Google's
+    ``WordpieceTokenizer`` and `tokenizers`' ``WordPiece`` model segment it; None where they give one [UNK] (a word
+    longer than ``max_chars``, or one ``vocab`` cannot spell). ``inside``: the word continues another, so its
+    first piece is a ``prefix`` piece too."""
+    if len(word) > max_chars:
+        return None
+    pieces, start, n = [], 0, len(word)
+    while start < n:
+        end = n
+        while start < end:
+            piece = word[start:end] if start == 0 and not inside else prefix + word[start:end]
+            if piece in vocab:
+                break
+            end -= 1
+        else:
+            return None
+        pieces.append(piece)
+        start = end
+    return pieces
 
 
 def concat_ranges(starts: Any, lengths: Any) -> Any:

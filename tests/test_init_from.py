@@ -107,7 +107,7 @@ def test_a_transformers_folder_of_another_head_gets_fresh_heads_and_drops_its_ow
 @pytest.mark.parametrize("extra, said", [
     ({"preset": "tiny"}, "--preset tiny and --init_from"),
     ({"model": {"hidden_size": 64}}, "--model sets hidden_size, which --init_from"),
-    ({"tokenizer": "tok"}, "--tokenizer tok and --init_from"),
+    ({"tokenizer": "tok"}, "tokenizer folder not found: tok"),
     ({"init_from": None, "init_revision": "v1", "preset": "tiny"}, "init_revision names a revision of --init_from"),
     ({"max_seq_length": 128}, "max_seq_length 128 exceeds the 64 positions of --init_from"),
     ({"init_from": "./no/such/folder"}, "no such folder, and not a Hub repository id"),

@@ -23,10 +23,10 @@ from hfbert.tokenization import (
     WordCacheEncoder,
     bert_tokenizer_from_vocab,
     load_vocab,
-    main,
     tokenize_dataset,
     train_wordpiece,
 )
+from hfbert.vocabulary import main
 
 torch.set_num_threads(1)
 

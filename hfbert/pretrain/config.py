@@ -112,7 +112,9 @@ class PretrainConfig(ExampleSettings):
         32, "row groups whose rows the training order mixes together (each is decoded once per window)")
     num_proc: int = _setting(1, "processes for building examples")
     # -- tokenizer
-    tokenizer: str | None = _setting(None, "a saved tokenizer folder to reuse instead of training one")
+    tokenizer: str | None = _setting(
+        None, "a saved tokenizer folder to reuse instead of training one; with --init_from, a vocabulary that extends "
+              "the checkpoint's (hfbert train-tokenizer --extend): the embeddings grow by its new entries")
     # -- model
     init_from: str | None = _setting(
         None, "start from this pretrained BERT instead of a fresh one: a Hub model id, an hfbert or transformers BERT "
@@ -120,6 +122,10 @@ class PretrainConfig(ExampleSettings):
               "size, vocabulary and casing are kept, heads it lacks start fresh, the optimizer and schedule start "
               "anew")
     init_revision: str | None = _setting(None, "branch, tag or commit of an --init_from Hub repository")
+    new_embeddings: Literal["fvt", "mean"] | None = _setting(
+        None, "with --init_from and a --tokenizer that extends its vocabulary, how the new entries' embeddings and MLM "
+              "biases start: fvt (default: the mean of those of the pieces the checkpoint's vocabulary splits the "
+              "entry into) or mean (transformers' mean_resizing: the mean of all)")
     preset: str | None = _setting(
         None, "model size of a fresh model: tiny, mini, small, medium, base, large (default tiny; none with "
               "--init_from, whose size is the checkpoint's)")
@@ -281,8 +287,10 @@ def _check_values(c: PretrainConfig) -> None:
     _require(c.input is None or c.dataset is None, "give either input (files) or dataset, not both")
     _require(c.input is None or len(c.input) > 0, "input is an empty list; give at least one file")
     _require(c.prepared is None or len(c.prepared) > 0, "prepared is an empty list; give at least one folder")
-    _require(c.prepared is None or (c.input is None and c.dataset is None and c.tokenizer is None),
-             "prepared folders hold their examples and tokenizer: give prepared, or input/dataset/tokenizer")
+    _require(c.prepared is None or (c.input is None and c.dataset is None
+                                    and (c.tokenizer is None or c.init_from is not None)),
+             "prepared folders hold their examples and tokenizer: give prepared, or input/dataset/tokenizer (with "
+             "--init_from, --tokenizer names the vocabulary that extends the checkpoint's)")
     _require(0.0 < c.eval_fraction < 1.0, f"eval_fraction must be in (0, 1), got {c.eval_fraction}")
     _require(c.optimizer in OPTIMIZERS, f"unknown optimizer {c.optimizer!r}; expected one of {list(OPTIMIZERS)}")
     _require(c.learning_rate > 0, f"learning_rate must be > 0, got {c.learning_rate}")
@@ -356,17 +364,22 @@ def _check_evaluation(c: PretrainConfig) -> None:
 
 def _check_model_source(c: PretrainConfig) -> None:
     """A pretrained model brings its own size, vocabulary and tokenizer: settings that would give them another
-    way are refused, naming both."""
+    way are refused, naming both; a --tokenizer may only extend its vocabulary (checked once both are found)."""
     if c.init_from is None:
         _require(c.init_revision is None, "init_revision names a revision of --init_from; give --init_from too")
+        _require(c.new_embeddings is None, f"--new_embeddings {c.new_embeddings} starts the entries a --tokenizer adds "
+                                           "to an --init_from model's vocabulary; give --init_from too")
         return
     _require(c.preset is None, f"--preset {c.preset} and --init_from {c.init_from} both give the model's size; "
                                "drop --preset (the size is the checkpoint's)")
     shape = sorted(set(c.model or {}) & set(SHAPE_KEYS))
     _require(not shape, f"--model sets {', '.join(shape)}, which --init_from {c.init_from} fixes; only settings "
                         "that keep the checkpoint's shapes (dropout, ...) may change")
-    _require(c.tokenizer is None, f"--tokenizer {c.tokenizer} and --init_from {c.init_from} both give the "
-                                  "vocabulary; drop --tokenizer (the checkpoint's own is used)")
+    _require(c.new_embeddings is None or c.tokenizer is not None,
+             f"--new_embeddings {c.new_embeddings} starts the entries a --tokenizer adds to --init_from "
+             f"{c.init_from}'s vocabulary; give that --tokenizer")
+    if c.tokenizer is not None and c.new_embeddings is None:
+        c.new_embeddings = "fvt"
 
 
 def _check_model_overrides(c: PretrainConfig) -> None:

@@ -5,10 +5,13 @@
 - Pretrained (``--init_from MODEL``, a fresh start): MODEL is found once per machine
   (:func:`hfbert.model_source.locate`: a Hub id at ``--init_revision``, an hfbert or transformers folder, a Google
   folder); its size, vocabulary and casing are the run's. Without ``--prepared`` the input is prepared with MODEL's
-  tokenizer; a ``--prepared`` corpus must have been built with the same vocabulary. Heads MODEL lacks start fresh
-  (seeded), weights the pretraining model does not use are dropped, and both are announced. As with Google's
-  ``run_pretraining.py --init_checkpoint``, only the model's weights are taken: the optimizer and the learning-rate
-  schedule start anew. What was loaded is recorded in ``output_dir/init_from.json``.
+  tokenizer; a ``--prepared`` corpus must have been built with the same vocabulary. ``--tokenizer DIR`` may name a
+  vocabulary that extends MODEL's (:func:`hfbert.vocabulary.check_extension`): the embeddings and the MLM bias then
+  grow by its new entries (:func:`hfbert.vocabulary.grow_embeddings`, ``--new_embeddings``), and DIR is the run's
+  tokenizer. Heads MODEL lacks start fresh (seeded), weights the pretraining model does not use are dropped, and
+  both are announced. As with Google's ``run_pretraining.py --init_checkpoint``, only the model's weights are taken:
+  the optimizer and the learning-rate schedule start anew. What was loaded is recorded in
+  ``output_dir/init_from.json``.
 - Resumed (``--resume``): the weights, the optimizer and the schedule come from the run's checkpoint; a run that
   started from a pretrained model rebuilds its architecture from ``init_from.json``, so MODEL need not be
   reachable any more.
@@ -36,6 +39,7 @@ from ..model_source import (
     source_tokenizer,
 )
 from ..modeling_hfbert import HfBertForPreTraining
+from ..vocabulary import grow_embeddings, load_extension
 from .checkpointing import from_main
 from .config import ConfigError, PretrainConfig
 
@@ -80,11 +84,12 @@ def find_origin(config: PretrainConfig, accelerator, resuming: bool, lengths: li
         record = from_main(accelerator, lambda: _read_record(output_dir))
         return Origin("resumed", model_config=HfBertConfig.from_dict(record["config"]), record=record)
 
-    def find() -> tuple[PretrainedSource, HfBertConfig, Any, list[str]]:
+    def find() -> tuple[PretrainedSource, HfBertConfig, Any, Any, list[str]]:
         source = locate(config.init_from, revision=config.init_revision, timeout=config.hub_timeout)
         model_config = source_config(source, **config.model)
         tokenizer, warnings = source_tokenizer(source, config.do_lower_case)
-        return source, model_config, tokenizer, warnings
+        extended = None if config.tokenizer is None else _extension(config, tokenizer)  # before any weight is read
+        return source, model_config, tokenizer, extended, warnings
 
     found = error = None
     with accelerator.local_main_process_first():  # one download per machine; the others read its cache
@@ -98,7 +103,7 @@ def find_origin(config: PretrainConfig, accelerator, resuming: bool, lengths: li
         raise ConfigError(f"init_from {config.init_from}: {error}") from None
     if error is not None:
         raise error
-    source, model_config, tokenizer, warnings = found
+    source, model_config, tokenizer, extended, warnings = found
     too_long = [n for n in lengths if n > model_config.max_position_embeddings]
     if too_long:
         raise ConfigError(f"max_seq_length {max(too_long)} exceeds the {model_config.max_position_embeddings} "
@@ -111,6 +116,15 @@ def find_origin(config: PretrainConfig, accelerator, resuming: bool, lengths: li
         raise ConfigError(f"init_from: {err}") from None
     for line in report.lines():
         accelerator.print(line)
+    vocabulary = None
+    if extended is not None:  # a vocabulary that extends the checkpoint's: one new row per new entry
+        try:
+            growth = grow_embeddings(model, tokenizer, extended, method=config.new_embeddings, seed=config.seed)
+        except ValueError as err:
+            raise ConfigError(f"tokenizer: {err}") from None
+        accelerator.print(f"init_from: --tokenizer {config.tokenizer}: {growth.line()}")
+        vocabulary = {"tokenizer": config.tokenizer, **growth.record()}
+        model_config, tokenizer = model.config, extended
     accelerator.print(f"init_from: the optimizer and the learning-rate schedule start fresh (learning_rate "
                       f"{config.learning_rate:g}; Google advises a smaller one for continued pretraining than "
                       "from scratch)")
@@ -118,7 +132,17 @@ def find_origin(config: PretrainConfig, accelerator, resuming: bool, lengths: li
               "format": source.format, "format_name": FORMATS[source.format], "config": model_config.to_dict(),
               "loaded": {"tensors": report.loaded, "fresh": report.fresh, "dropped": report.dropped,
                          "skipped": report.skipped, "notes": report.notes}}
+    if vocabulary is not None:
+        record["vocabulary"] = vocabulary
     return Origin("pretrained", model_config, source, tokenizer, record, model)
+
+
+def _extension(config: PretrainConfig, tokenizer):
+    """``--tokenizer``'s tokenizer, which must extend the checkpoint's vocabulary (one line, naming both, if not)."""
+    try:
+        return load_extension(config.tokenizer, tokenizer, base_what=f"--init_from {config.init_from}")
+    except ValueError as err:
+        raise ConfigError(f"tokenizer: {err}") from None
 
 
 def record_origin(origin: Origin, output_dir: str | Path) -> None:
