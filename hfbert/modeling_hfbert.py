@@ -38,6 +38,11 @@ Deliberate differences from ``transformers.BertModel`` (outputs and losses are o
   outputs are then 0 at padding positions; by default they compute padding positions as transformers does.
   Asking for hidden states or attentions, or compiling the model, runs the padded computation.
 * Inputs are checked up front (length, vocabulary range, token types, shapes), with errors that name the problem.
+  The ids' values are read by the host only when they are on it (a CPU): on a GPU the device asserts them itself
+  (``torch._assert_async``), so that a forward never makes the host wait for it, and a bad id fails as a device-side
+  assertion instead of a ValueError. A caller that checked its batch on the host (:func:`check_inputs`, as ``hfbert
+  pretrain``'s reader does) passes ``inputs_checked=True``. With ``packed_rows`` from the host, the attention mask is
+  built without reading it on the device either.
 * Attention probabilities are returned with ``attn_implementation="eager"`` only; other backends do not compute them,
   and asking for them says so.
 
@@ -454,8 +459,19 @@ class HfBertForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
-def _check_inputs(config: HfBertConfig, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids):
-    """Fail early, naming the problem, instead of deep inside an embedding lookup or a broadcast."""
+# Devices whose kernels assert on a tensor's values without the host waiting for them (``torch._assert_async``).
+_ASYNC_ASSERT_DEVICES = ("cuda", "mps")
+
+
+def check_inputs(config: HfBertConfig, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                 inputs_embeds=None, *, values: bool = True) -> None:
+    """Fail early, naming the problem, instead of deep inside an embedding lookup or a broadcast: the shapes, the
+    length and, with ``values``, the ids against the vocabulary, the token types and the positions.
+
+    The values are read on the host where the tensors are (a CPU): a ValueError names the offending id. On a GPU,
+    reading them would make the host wait for the device at every forward; the device asserts them itself instead
+    (``torch._assert_async``), and a bad id fails as a device-side assertion when the host next waits. A caller that
+    builds its batches on the host checks them there with this function, before moving them."""
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("pass exactly one of input_ids or inputs_embeds")
     if input_ids is not None and input_ids.dim() != 2:
@@ -472,17 +488,39 @@ def _check_inputs(config: HfBertConfig, input_ids, inputs_embeds, attention_mask
             raise ValueError(f"{name} has shape {tuple(tensor.shape)} but the inputs have shape {shape}")
     if position_ids is not None and position_ids.shape[-1] != shape[1]:
         raise ValueError(f"position_ids has length {position_ids.shape[-1]} but the inputs have length {shape[1]}")
-    if torch.compiler.is_compiling() or 0 in shape:
+    if not values or torch.compiler.is_compiling() or 0 in shape:
         return  # the value checks read the data; a compiled graph leaves them out
     for name, ids, option, limit in (("input id", input_ids, "vocab_size", config.vocab_size),
                                      ("token type id", token_type_ids, "type_vocab_size", config.type_vocab_size),
                                      ("position id", position_ids, "max_position_embeddings",
                                       config.max_position_embeddings)):
-        if ids is not None:
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0 or high >= limit:
-                where = "the vocabulary " if name == "input id" else ""
-                raise ValueError(f"{name} {low if low < 0 else high} is outside {where}[0, {option}={limit})")
+        if ids is None:
+            continue
+        where = "the vocabulary " if name == "input id" else ""
+        if ids.device.type in _ASYNC_ASSERT_DEVICES:
+            inside = ((ids >= 0) & (ids < limit)).all()
+            torch._assert_async(inside, f"an {name} is outside {where}[0, {option}={limit})")
+            continue
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= limit:
+            raise ValueError(f"{name} {low if low < 0 else high} is outside {where}[0, {option}={limit})")
+
+
+def _attention_mask(config: HfBertConfig, embeddings, attention_mask, packed: PackedRows | None,
+                    known: PackedRows | None):
+    """The 2D mask in the form the attention backend takes (additive, boolean, block mask), built once; None where
+    nothing reads it: packed rows that go into attention as they are (FlashAttention's variable-length form, flex
+    attention's document mask) carry their own sequence boundaries. ``known``: the batch's packing found on the host,
+    which says whether the batch has padding -- transformers' sdpa and flash masks would read the mask on the device
+    to find out (a mask without padding is left out)."""
+    if packed is not None and attention_backend(config._attn_implementation).layout(embeddings.device) != "padded":
+        return None
+    if known is None:
+        return create_bidirectional_mask(config=config, inputs_embeds=embeddings, attention_mask=attention_mask)
+    padded = known.real < known.batch * known.length
+    return create_bidirectional_mask(config=config, inputs_embeds=embeddings,
+                                     attention_mask=attention_mask if padded else None,
+                                     allow_is_bidirectional_skip=not padded)
 
 
 class HfBertModel(HfBertPreTrainedModel):
@@ -512,15 +550,18 @@ class HfBertModel(HfBertPreTrainedModel):
         *,
         padding_free: bool | None = None,
         packed_rows: PackedRows | None = None,
+        inputs_checked: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         r"""``attention_mask`` (B, T): 1 = token, 0 = padding. ``padding_free`` (None: ``config.padding_free``): run
         the encoder on the real tokens only; ``last_hidden_state`` is then 0 at padding positions. ``packed_rows``:
         where those tokens are, when the caller knows (``PackedRows.from_lengths``, on the host); else they are
-        found in ``attention_mask``.
+        found in ``attention_mask``. ``inputs_checked``: the caller checked the ids' values on the host
+        (:func:`check_inputs`), so the model does not look at them again (every head passes it on).
         ``output_hidden_states`` / ``output_attentions`` (keywords, default: the config's) are recorded by
         ``capture_outputs`` from the layers; they are the tensors the layers computed with (gradients reach them)."""
-        _check_inputs(self.config, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids)
+        check_inputs(self.config, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                     values=not inputs_checked)
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
         output_hidden_states = kwargs.get("output_hidden_states", self.config.output_hidden_states)
         if output_attentions and not attention_backend(self.config._attn_implementation).probabilities:
@@ -531,11 +572,10 @@ class HfBertModel(HfBertPreTrainedModel):
             padding_free = self.config.padding_free
 
         embeddings = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, D)
-        # The 2D mask becomes the form the attention backend takes (additive, boolean, block mask), once.
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask)
         packed = None
         if padding_free and not (output_attentions or output_hidden_states):  # those return every (B, T) position
             packed = packed_rows if packed_rows is not None else PackedRows.from_mask(attention_mask)
+        mask = _attention_mask(self.config, embeddings, attention_mask, packed, packed_rows or packed)
         hidden_states = embeddings if packed is None else packed.pack(embeddings)  # (B, T, D) or (R', D)
         encoded = self.encoder(hidden_states, mask, packed, **kwargs)
         sequence_output = encoded.last_hidden_state
@@ -581,18 +621,19 @@ class HfBertForPreTraining(HfBertPreTrainedModel):
         next_sentence_label: torch.LongTensor | None = None,
         packed_rows: PackedRows | None = None,
         supervised_positions: torch.LongTensor | None = None,
+        inputs_checked: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> HfBertForPreTrainingOutput:
         r"""``labels`` (B, T): the original token at supervised positions, -100 elsewhere. ``next_sentence_label``
         (B,): 0 when B is the actual next segment, 1 when it is random. What a caller knows of the batch, so that
         the model need not find it on the device: ``packed_rows``, where the real tokens are
         (``PackedRows.from_lengths``; the labels must then be on real tokens only, as the pretraining collator's
-        are), and ``supervised_positions`` (M,), where ``labels`` is not -100 in the flattened (B * T) batch, in
-        order."""
+        are), ``supervised_positions`` (M,), where ``labels`` is not -100 in the flattened (B * T) batch, in
+        order, and ``inputs_checked``, that the ids were checked on the host (:func:`check_inputs`)."""
         padding_free = True if packed_rows is not None else _padding_unread(labels, attention_mask)
         outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                             position_ids=position_ids, inputs_embeds=inputs_embeds, padding_free=padding_free,
-                            packed_rows=packed_rows, **kwargs)
+                            packed_rows=packed_rows, inputs_checked=inputs_checked, **kwargs)
         sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
         nsp_logits = self.cls.seq_relationship(pooled_output)  # (B, 2)
         mlm_loss = nsp_loss = loss = None

@@ -38,11 +38,12 @@ from accelerate.utils import broadcast_object_list
 
 from ..data import DataCollatorForBertPretraining, PreparedCorpus, prepare_corpus
 from ..data.collator import IGNORE_INDEX
-from ..data.manifest import MANIFEST, Manifest
+from ..data.manifest import MANIFEST, Manifest, PreparedDataError
 from ..data.masking import RowStreams, splitmix64
 from ..data.settings import ExampleSettings
 from ..data.shards import ROW_GROUP_SIZE
 from ..data.sources import BUILTIN_CORPUS, load_dataset_split
+from ..modeling_hfbert import check_inputs
 from ..unpadding_hfbert import PackedRows
 from .config import ConfigError, PretrainConfig
 
@@ -459,16 +460,43 @@ class BatchPlan:
 
 
 def training_batch(corpus: PreparedCorpus, collator: DataCollatorForBertPretraining, plan: BatchPlan, micro: int,
-                   rank: int, pin_memory: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+                   rank: int, pin_memory: bool = False, model_config=None) -> tuple[dict[str, torch.Tensor], dict]:
     """Process ``rank``'s share of micro-batch ``micro``: its rows gathered into arrays and collated (masks from a
     keys of :meth:`BatchPlan.mask_streams`, torch's RNG untouched, so this can run in another thread),
     and what the loop knows on the host instead of asking the device: the supervised labels in row-major order
     (``targets``), where they are in the flattened batch (``positions``, the model's ``supervised_positions``),
     their number (``supervised``), the real tokens (``tokens``) and where those sit (``packed``, the model's
-    ``packed_rows``)."""
+    ``packed_rows``).
+
+    ``model_config`` (the model's :class:`~hfbert.HfBertConfig`): the batch is checked against it here, on the host
+    (:func:`~hfbert.modeling_hfbert.check_inputs`: ids inside the vocabulary, token types, the length), so that the
+    model need not read the ids on the device (its ``inputs_checked``); a batch that fails is a
+    :class:`~hfbert.data.PreparedDataError` naming the corpus and the error."""
     arrays = corpus.read_arrays("train", plan.rows(micro, rank), {"input_ids": collator.pad_token_id})
     batch = collator.collate_arrays(arrays, plan.mask_streams(micro, rank))
-    labels, lengths = batch["labels"], torch.from_numpy(np.asarray(arrays["input_ids_length"]))
+    if model_config is not None:
+        try:
+            check_inputs(model_config, batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        except ValueError as err:
+            raise PreparedDataError(f"rows of {corpus.path} do not fit the model: {err}") from None
+    return _with_counts(batch, torch.from_numpy(np.asarray(arrays["input_ids_length"])), pin_memory)
+
+
+def stand_in_batch(length: int = PAD_TO_MULTIPLE_OF) -> tuple[dict[str, torch.Tensor], dict]:
+    """One row of ``length`` tokens of id 0, the first of them supervised, and its counts as :func:`training_batch`
+    gives them: what a process trains on in place of rows it could not read, so that its collectives (DDP's
+    gradient all-reduce) meet the other processes' at a step that is then abandoned."""
+    ids = torch.zeros(1, length, dtype=torch.long)
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[0, 0] = 0
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
+             "labels": labels, "next_sentence_label": torch.zeros(1, dtype=torch.long)}
+    return _with_counts(batch, torch.tensor([length]), pin_memory=False)
+
+
+def _with_counts(batch: dict[str, torch.Tensor], lengths: torch.Tensor, pin_memory: bool) -> tuple[dict, dict]:
+    """A collated batch and its rows' ``lengths`` -> the batch and its counts (see :func:`training_batch`)."""
+    labels = batch["labels"]
     layout = host_layout(labels, lengths)
     positions = layout["supervised_positions"]
     counts = {"targets": labels.flatten()[positions], "positions": positions, "tokens": int(lengths.sum()),

@@ -52,7 +52,7 @@ from .callbacks import CallbackHandler, DefaultSchedule, PretrainCallback, Train
 from .checkpointing import DiskFullError, from_main, save_checkpoint, seed_step, settle
 from .config import ConfigError, Phase, PretrainConfig, command_parser, native_mixed_precision, resolve_phases
 from .data import (PREPARED_DIR, BatchPlan, ReadAhead, TrainingData, check_sources, load_training_data,
-                   prepared_lengths, training_batch)
+                   prepared_lengths, stand_in_batch, training_batch)
 from .origin import ORIGIN_FILE, Origin, build_model, find_origin, record_origin
 from .recovery import (
     LossWatch,
@@ -146,7 +146,7 @@ def pretrain(config: PretrainConfig, *, callbacks: list[PretrainCallback] | None
     told of the run's events (:mod:`~hfbert.pretrain.callbacks`); ``model_init(model_config)``: the model to train
     instead of :class:`HfBertForPreTraining` (given the :class:`HfBertConfig` of the corpora's vocabulary, called
     after the seed is set; it must take the batches and return the outputs the loop reads, as that class does; a
-subclass of it is also given the batch's ``packed_rows`` and ``supervised_positions``).
+subclass of it is also given the batch's ``packed_rows``, ``supervised_positions`` and ``inputs_checked``).
     Raises :class:`ConfigError` before any work for bad settings,
     :class:`TrainingDivergedError` when the loss stops being finite, :class:`~hfbert.pretrain.checkpointing.
     DiskFullError` when a checkpoint or the export does not fit on the disk; once the model is exported,
@@ -335,9 +335,11 @@ class _Loop:
             corpus.set_cache(max(corpus.cached_blocks, plan.cache_blocks))
         self.pin_memory = accelerator.device.type == "cuda"
         # hfbert's own model takes where the real tokens and the supervised labels are, found on the host with the
-        # batch (a compiled graph runs padded); another model from model_init finds them itself.
-        self.takes_layout = (isinstance(accelerator.unwrap_model(model), HfBertForPreTraining)
-                             and not config.torch_compile)
+        # batch (a compiled graph runs padded), and has the batch's ids checked there against its config; another
+        # model from model_init does both itself.
+        own = isinstance(accelerator.unwrap_model(model), HfBertForPreTraining)
+        self.takes_layout = own and not config.torch_compile
+        self.checked_against = accelerator.unwrap_model(model).config if own else None
         self.read_ahead = ReadAhead(lambda key: self.micro_batch(phases[key[0]], key[1]),
                                     depth=READ_AHEAD_STEPS * config.gradient_accumulation_steps)
         self.data_seconds = 0.0  # the mean wait for data per step over the last log line's steps
@@ -409,10 +411,14 @@ class _Loop:
         ``count / processes`` (DDP then averages the gradients over processes). NSP is the mean over all pairs:
         every micro-batch has the same number of pairs, so each one's mean weighs ``1 / accumulation``.
 
-        The loop itself waits for the device once per step: the statistics after the backward passes, which the
-        divergence check needs before the update. Where each micro-batch's real tokens and supervised labels sit
-        comes with it, found on the host when it was read (``packed_rows``, ``supervised_positions``), so the
-        model's data-dependent shapes need no wait for the device either.
+        The host reads the device once per step, after the backward passes: one small vector, all-reduced, holds
+        what the loop must know before the update and what every process must agree on -- the step's loss (the
+        divergence check keeps a diverged step out of the weights), whether a process is past the time limit and
+        which processes could not read their rows (a process that could not trains on a stand-in batch, so that its
+        collectives meet the others', and every process stops at this read). The step's statistics for the log come
+        in the same read. Nothing else waits for the device (on a GPU, a wait keeps the host from queueing the next
+        kernels): where each micro-batch's real tokens and supervised labels sit is found on the host when it is read
+        (``packed_rows``, ``supervised_positions``), and its ids are checked there too (``inputs_checked``).
         """
         accelerator, config, step = self.accelerator, self.config, self.state.step
         phase = self.phase_at(step)
@@ -424,41 +430,46 @@ class _Loop:
         keys = [(phase.index, first + k) for k in range(accumulation)] + self._keys_from(step + 1)
         batches, counts, data_seconds, failure = [], [], 0.0, None
         for k in range(accumulation):
-            try:
-                (batch, host), waited = self.read_ahead.get(keys[k], keys[k + 1 :])
-            except DATA_ERRORS as err:  # said below, once every process knows
-                failure = err
-                break
+            if failure is None:
+                try:
+                    (batch, host), waited = self.read_ahead.get(keys[k], keys[k + 1 :])
+                    data_seconds += waited
+                except DATA_ERRORS as err:  # said after the backward passes, once every process knows
+                    failure = err
+            if failure is not None:  # the step runs on, to meet the other processes' collectives, and is dropped
+                batch, host = stand_in_batch()
             batches.append({name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()})
             on_device = {name: host[name].to(device, non_blocking=True) for name in ("targets", "positions")}
             packed = host["packed"] and host["packed"].to(device, non_blocking=True)
             counts.append({**host, **on_device, "packed": packed})
-            data_seconds += waited
-        # The step's supervised count, whether any process is past the time limit, which could not read its rows.
-        shared = torch.zeros(2 + accelerator.num_processes, dtype=torch.float64, device=device)
-        shared[0] = float(sum(c["supervised"] for c in counts))
-        shared[1] = float(time_up)
-        shared[2 + accelerator.process_index] = float(failure is not None)
-        shared = accelerator.reduce(shared, "sum")
-        failed = torch.nonzero(shared[2:]).flatten().tolist()
-        if failed:  # every process stops here; the first that failed says why
-            if failure is not None and accelerator.process_index == failed[0]:
-                raise StepDataError(f"step {step + 1}: {failure}") from failure
-            raise StoppedByAnotherProcess(f"process {failed[0]} could not read its rows at step {step + 1}")
-        num_items = shared[0].clamp(min=1.0) / accelerator.num_processes
+        # The step's supervised count, summed over processes on the device. The host's numbers go into device tensors
+        # as fill values: a copy from (unpinned) host memory would wait for the device.
+        supervised = torch.full((), float(sum(c["supervised"] for c in counts)), dtype=torch.float64, device=device)
+        num_items = accelerator.reduce(supervised, "sum").clamp(min=1.0) / accelerator.num_processes
         totals = torch.zeros(len(_STATS), dtype=torch.float64, device=device)
         for k, batch in enumerate(batches):
             # Gradients are all-reduced only on the last micro-batch of the step.
             sync = contextlib.nullcontext() if k == accumulation - 1 else accelerator.no_sync(self.model)
             with sync:
-                known = ({"packed_rows": counts[k]["packed"], "supervised_positions": counts[k]["positions"]}
-                         if self.takes_layout else {})
+                known = ({"packed_rows": counts[k]["packed"], "supervised_positions": counts[k]["positions"],
+                          "inputs_checked": True} if self.takes_layout else {})
                 outputs = self.model(**batch, num_items_in_batch=num_items, **known)  # MLM: token sum / num_items
                 accelerator.backward(outputs.mlm_loss + outputs.nsp_loss / accumulation)
             totals += _batch_stats(outputs, batch, num_items, counts[k])
-        totals = accelerator.reduce(totals, reduction="sum").cpu()  # the step's one wait for the device
-        stats: dict[str, Any] = dict(zip(_STATS, totals.tolist()))
-        stats["time_up"] = bool(shared[1] > 0)  # read after the wait: it came with the first all-reduce
+        # With the statistics: whether any process is past the time limit and which processes could not read their
+        # rows. One all-reduce, and the step's one read of the device.
+        agreed = torch.zeros(1 + accelerator.num_processes, dtype=torch.float64, device=device)
+        agreed[0] = float(time_up)
+        agreed[1 + accelerator.process_index] = float(failure is not None)
+        shared = accelerator.reduce(torch.cat([totals, agreed]), reduction="sum").tolist()
+        failed = [rank for rank, flag in enumerate(shared[len(_STATS) + 1 :]) if flag]
+        if failed:  # every process stops here, before the update; the first that failed says why
+            self.optimizer.zero_grad(set_to_none=True)
+            if failure is not None and accelerator.process_index == failed[0]:
+                raise StepDataError(f"step {step + 1}: {failure}") from failure
+            raise StoppedByAnotherProcess(f"process {failed[0]} could not read its rows at step {step + 1}")
+        stats: dict[str, Any] = dict(zip(_STATS, shared))
+        stats["time_up"] = shared[len(_STATS)] > 0
         loss = stats["mlm_loss_sum"] / max(stats["mlm_total"], 1.0) + stats["nsp_loss_sum"] / stats["nsp_total"]
         problem = self.watch.problem(loss)
         if problem is not None:
@@ -489,7 +500,7 @@ class _Loop:
         its counts (see :func:`~hfbert.pretrain.data.training_batch`); only this process's rows are read."""
         rank, plan, length = self.accelerator.process_index, self.plans[phase.index], phase.max_seq_length
         return training_batch(self.data.corpora[length], self.data.collators[length], plan, micro, rank,
-                              pin_memory=self.pin_memory)
+                              pin_memory=self.pin_memory, model_config=self.checked_against)
 
     def _diverged(self, problem: str, loss: float, step: int) -> TrainingDivergedError:
         """The error every process raises at the step whose (all-reduced) loss went wrong: recorded in the log and
