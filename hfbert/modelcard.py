@@ -34,8 +34,8 @@ TEMPLATE_DIR = Path(__file__).resolve().parent / "model_cards"
 # Hyper-parameters shown in the pretrained card, in this order.
 CARD_SETTINGS = (
     "optimizer", "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm",
-    "warmup_ratio", "warmup_steps", "batch_size", "gradient_accumulation_steps", "max_steps", "max_time_minutes",
-    "masking", "masked_lm_prob", "max_predictions_per_seq", "short_seq_prob", "whole_word_mask", "mixed_precision",
+    "warmup_ratio", "warmup_steps", "batch_size", "gradient_accumulation_steps", "max_steps", "budget_minutes",
+    "max_time_minutes", "next_sentence_prediction", "masking", "masked_lm_prob", "max_predictions_per_seq", "short_seq_prob", "whole_word_mask", "mixed_precision",
     "seed",
 )
 
@@ -107,7 +107,8 @@ def write_model_card(output_dir: str | Path, template: str | Path = "finetuned.m
 
 def render_pretrained_card(*, config, model_config, stats: dict, metrics: dict, phases, curve: Path | None,
                            fill_mask: list[dict], model_name: str | None = None,
-                           origin: dict | None = None) -> ModelCard:
+                           origin: dict | None = None, downstream: list[dict] | None = None,
+                           downstream_curve: Path | None = None) -> ModelCard:
     """The ``ModelCard`` of a finished ``hfbert pretrain`` run (``config``: its settings; ``origin``: for a run
     continued from a pretrained model, what :mod:`hfbert.pretrain.origin` recorded of it)."""
     data = ModelCardData(
@@ -141,6 +142,11 @@ def render_pretrained_card(*, config, model_config, stats: dict, metrics: dict, 
         metrics=metrics,
         curve=curve.name if curve else None,
         fill_mask=fill_mask,
+        downstream=downstream or [],
+        downstream_tasks=[k for k in (downstream or [{}])[0] if k not in ("step", "minutes", "average")],
+        downstream_suite=config.evaluate_suite,
+        downstream_seeds=", ".join(map(str, config.evaluate_seeds)),
+        downstream_curve=downstream_curve.name if downstream_curve else None,
     )
 
 

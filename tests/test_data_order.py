@@ -274,7 +274,7 @@ TRAIN_UNDER_LIMIT = textwrap.dedent("""
     from hfbert.data import PreparedCorpus
     if sys.argv[1] == "unbounded":
         PreparedCorpus.MAX_OPEN_FILES = 10**6
-    from hfbert.pretrain.loop import main
+    from hfbert.pretrain.command import main
     sys.exit(main(sys.argv[2:]))
 """)
 

@@ -40,6 +40,7 @@ from hfbert.evaluation import (
 from hfbert.hub import push_to_hub
 from hfbert.pretrain import main as pretrain_main
 from hfbert.pretrain.config import ConfigError, PretrainConfig
+from hfbert.pretrain.tracking import read_jsonl
 from hfbert.tokenization import SPECIAL_TOKENS, bert_tokenizer_from_vocab
 
 POS, NEG = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "dull"]
@@ -293,7 +294,7 @@ def test_a_missing_model_and_a_card_for_a_hub_id_stop_in_one_line(suite_file, tm
                                        "not a folder\n")
     assert main(["evaluate", "user/model", "--suite", "glu"]) == 2
     assert capsys.readouterr().err == ("hfbert evaluate: error: suite 'glu' is neither a file nor a packaged suite "
-                                       "(glue, local)\n")
+                                       "(glue, local, local-quick)\n")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -376,11 +377,13 @@ def test_evaluate_exported_scores_the_exported_folder_and_writes_its_card(model_
 
 
 def test_pretrain_with_a_suite_ends_with_its_scores_in_the_card_and_the_same_weights(prepared, suite_file, tmp_path):
-    """The suite runs on the exported folder after training (not a trajectory setting: the weights are those of the
-    same run without it), and its scores land in the card that a push would upload."""
+    """The suite runs on the model at every evaluate_suite_steps and on the exported folder after training (not a
+    trajectory setting: the weights are those of the same run without it); the scores along the way go to the log,
+    the card and the downstream curve, the final ones to the card's model-index."""
     one_task = _bad_suite(suite_file, tmp_path, lambda s: s.update(tasks=s["tasks"][:1]))
     runs = {}
-    for name, extra in (("plain", {}), ("evaluated", {"evaluate_suite": str(one_task), "evaluate_seeds": [1]})):
+    suite = {"evaluate_suite": str(one_task), "evaluate_seeds": [1], "evaluate_suite_steps": 1}
+    for name, extra in (("plain", {}), ("evaluated", suite)):
         values = settings([prepared[64]], tmp_path / name, max_steps=2, eval_steps=2, save_steps=2,
                           fill_mask_text="She was [MASK] happy.", **extra)
         config = tmp_path / f"{name}.json"
@@ -393,3 +396,13 @@ def test_pretrain_with_a_suite_ends_with_its_scores_in_the_card_and_the_same_wei
     assert ModelCard.load(runs["plain"] / "README.md").data.eval_results is None
     results = json.loads((runs["evaluated"] / "runs" / "evaluation" / "tiny" / "results.json").read_text())
     assert list(results["tasks"]) == ["polarity"]
+    logged = [r for r in read_jsonl(runs["evaluated"] / "runs" / "metrics.jsonl") if "downstream_average" in r]
+    assert [r["step"] for r in logged] == [1, 2]
+    for record in logged:  # one task: the average is its score
+        assert 0.0 <= record["downstream_polarity"] == record["downstream_average"] <= 1.0
+        assert record["downstream_minutes"] > 0
+    assert not list((runs["evaluated"] / "runs" / "downstream").glob("*/model"))  # the snapshots are deleted
+    text = (runs["evaluated"] / "README.md").read_text()
+    assert "## Downstream during pretraining" in text and "downstream_curve.png" in text
+    assert (runs["evaluated"] / "downstream_curve.png").stat().st_size > 0
+    assert "Downstream" not in (runs["plain"] / "README.md").read_text()

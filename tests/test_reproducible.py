@@ -101,7 +101,7 @@ NEUTRAL_CASES = [(name, where) for name in sorted(CHANGED)
 # of the same run without it (test_evaluate.py, test_pretrain_with_a_suite_ends_with_its_scores_in_the_card_and_the_
 # same_weights).
 COVERED_ELSEWHERE = {"output_dir", "resume", "resume_from", "resume_with_changes", "evaluate_suite",
-                     "evaluate_data_dir", "evaluate_seeds"}
+                     "evaluate_data_dir", "evaluate_seeds", "evaluate_suite_steps"}
 
 
 def test_every_neutral_setting_is_tested_and_resumable():

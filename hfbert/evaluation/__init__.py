@@ -17,6 +17,7 @@ from .run import (
     EvaluationError,
     check_settings,
     evaluate,
+    evaluate_during_training,
     evaluate_exported,
     evaluation_dir,
     main,
@@ -40,7 +41,7 @@ from .suites import (
 __all__ = [
     "METRIC_TYPES", "PLOT_FILE", "RESULTS_FILE", "RESULT_FILE", "SUITE_DIR", "TASK_TYPES", "EvaluateArguments",
     "EvaluationError", "PreparedTask", "Suite", "SuiteTask", "TaskType", "check_settings", "check_suite",
-    "eval_results", "evaluate", "evaluate_exported", "evaluation_dir", "find_suite", "known_metrics",
-    "load_suite", "main", "packaged_suites", "plot_results", "prepare_task", "recipe_argv", "results_table",
+    "eval_results", "evaluate", "evaluate_during_training", "evaluate_exported", "evaluation_dir", "find_suite",
+    "known_metrics", "load_suite", "main", "packaged_suites", "plot_results", "prepare_task", "recipe_argv", "results_table",
     "summarize", "write_results_card",
 ]

@@ -39,7 +39,7 @@ def summarize(suite: Suite, model: str, seeds: Sequence[int], runs: Mapping[tupl
         data = prepared[task.name]
         tasks[task.name] = {
             "type": task.type, "metric": task.metric, "data": data.source, "train_rows": data.train_rows,
-            "validation_rows": data.validation_rows,
+            "validation_rows": data.validation_rows, "learning_rate": task.learning_rate, "epochs": task.epochs,
             "scores": {metric: _spread({s: runs[task.name, s]["scores"][metric] for s in seeds})
                        for metric in task.metrics},
             "reference": task.reference, "seconds": round(sum(runs[task.name, s]["seconds"] for s in seeds), 1),

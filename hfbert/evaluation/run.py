@@ -15,6 +15,7 @@ import hashlib
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -31,7 +32,8 @@ from .report import plot_results, results_table, summarize, write_results_card
 from .suites import PreparedTask, Suite, SuiteTask, check_suite, data_fingerprint, load_suite, prepare_task
 
 __all__ = ["PLOT_FILE", "RESULTS_FILE", "RESULT_FILE", "EvaluateArguments", "EvaluationError", "check_settings",
-           "command_parser", "evaluate", "evaluate_exported", "evaluation_dir", "main", "recipe_argv"]
+           "command_parser", "evaluate", "evaluate_during_training", "evaluate_exported", "evaluation_dir", "main",
+           "recipe_argv"]
 
 RESULT_FILE = "result.json"  # one (task, seed) run
 RESULTS_FILE = "results.json"  # the whole evaluation
@@ -67,6 +69,9 @@ class EvaluateArguments:
         "help": "at most this many training rows per task (on top of the suite's own limits), for a quick look"})
     max_eval_samples: int | None = field(default=None, metadata={
         "help": "at most this many validation rows per task (on top of the suite's own limits)"})
+    learning_rate: float | None = field(default=None, metadata={
+        "help": "fine-tune every task at this learning rate instead of the suite's (one setting for every model "
+                "compared)"})
     progress_bar: bool = field(default=True, metadata={"help": "show a progress bar over the runs"})
 
     def __post_init__(self):
@@ -74,6 +79,8 @@ class EvaluateArguments:
         for name in ("max_train_samples", "max_eval_samples"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise UsageError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            raise UsageError(f"--learning_rate must be > 0, got {self.learning_rate}")
 
 
 def _check_seeds(seeds: Sequence[int]) -> None:
@@ -109,12 +116,15 @@ def evaluate(model: str, suite: str | Path | Suite, *, data_dir: str | Path | No
              seeds: Sequence[int] = (1, 2, 3), output_dir: str | Path | None = None, resume: bool = False,
              write_card: bool = False, keep_models: bool = False, tasks: Sequence[str] | None = None,
              max_train_samples: int | None = None, max_eval_samples: int | None = None,
-             progress: bool = True) -> dict[str, Any]:
+             learning_rate: float | None = None, progress: bool = True) -> dict[str, Any]:
     """Run ``suite`` on ``model`` (see the module docstring) and return the summary written to ``results.json``.
     Raises UsageError before any training for a bad suite, data or model, EvaluationError when a run fails."""
     seeds = list(seeds)
     _check_seeds(seeds)
     suite = _capped(check_settings(suite, data_dir, tasks), max_train_samples, max_eval_samples)
+    if learning_rate is not None:
+        suite = dataclasses.replace(suite, tasks=[dataclasses.replace(t, learning_rate=learning_rate)
+                                                  for t in suite.tasks])
     if write_card and not Path(model).is_dir():
         raise UsageError(f"--write_card writes MODEL's README.md; {model} is not a folder")
     model_key = _model_fingerprint(model)
@@ -321,17 +331,46 @@ def evaluate_exported(config) -> dict | None:
     if config.evaluate_suite is None:
         return None
     out = evaluation_dir(config)
-    command = [sys.executable, "-m", "hfbert.cli", "evaluate", str(config.output_dir), "--suite",
-               str(config.evaluate_suite), "--output_dir", str(out), "--resume", "--write_card", "--seeds",
-               *map(str, config.evaluate_seeds), "--progress_bar", str(bool(config.progress_bar)).lower()]
-    if config.evaluate_data_dir is not None:
-        command += ["--data_dir", str(config.evaluate_data_dir)]
-    env = {k: v for k, v in os.environ.items() if k not in _DISTRIBUTED_ENV and not k.startswith(
-        ("ACCELERATE_", "TORCHELASTIC_"))}
-    done = subprocess.run(command, env=env, check=False)
+    done = _evaluate_apart(config, config.output_dir, out, "--resume", "--write_card")
     if done.returncode != 0:
         raise EvaluationError(f"the evaluation of {config.output_dir} on suite {config.evaluate_suite} failed "
                               f"(exit {done.returncode}; its error is above); the model is exported. Continue it "
                               f"with: hfbert evaluate {config.output_dir} --suite {config.evaluate_suite} "
                               f"--output_dir {out} --resume --write_card")
     return json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))
+
+
+def evaluate_during_training(config, model, tokenizer, step: int) -> dict[str, float]:
+    """``config.evaluate_suite`` on the model as it is at ``step`` of a pretraining run (``--evaluate_suite_steps``):
+    the weights and tokenizer saved under ``runs/downstream/step-N/``, fine-tuned there once per seed, then deleted;
+    the results stay. Returns ``downstream_average`` and ``downstream_<task>`` (each task's first metric, the mean
+    over the seeds). Call it on the main process only. Raises EvaluationError when a run fails."""
+    folder = Path(config.output_dir) / "runs" / "downstream" / f"step-{step:08d}"
+    snapshot = folder / "model"
+    model.save_pretrained(snapshot)
+    tokenizer.save_pretrained(snapshot)
+    try:
+        done = _evaluate_apart(config, snapshot, folder / "evaluation", capture=True)
+    finally:
+        shutil.rmtree(snapshot, ignore_errors=True)
+    if done.returncode != 0:
+        lines = (done.stderr or "").strip().splitlines()
+        raise EvaluationError(f"the evaluation at step {step} on suite {config.evaluate_suite} failed (exit "
+                              f"{done.returncode}): {lines[-1] if lines else 'no message'}")
+    summary = json.loads((folder / "evaluation" / RESULTS_FILE).read_text(encoding="utf-8"))
+    scores = {"downstream_average": summary["average"]["mean"]}
+    for name, task in summary["tasks"].items():
+        scores[f"downstream_{name}"] = task["scores"][task["metric"]]["mean"]
+    return scores
+
+
+def _evaluate_apart(config, model_dir, out: Path, *options: str, capture: bool = False):
+    """``hfbert evaluate`` of ``config``'s suite in a process of its own, outside the training's process group."""
+    command = [sys.executable, "-m", "hfbert.cli", "evaluate", str(model_dir), "--suite", str(config.evaluate_suite),
+               "--output_dir", str(out), *options, "--seeds", *map(str, config.evaluate_seeds), "--progress_bar",
+               str(bool(config.progress_bar and not capture)).lower()]
+    if config.evaluate_data_dir is not None:
+        command += ["--data_dir", str(config.evaluate_data_dir)]
+    env = {k: v for k, v in os.environ.items() if k not in _DISTRIBUTED_ENV and not k.startswith(
+        ("ACCELERATE_", "TORCHELASTIC_"))}
+    return subprocess.run(command, env=env, check=False, capture_output=capture, text=True)

@@ -3,6 +3,8 @@
 * :mod:`~hfbert.pretrain.config` -- the settings (:class:`PretrainConfig`) and the sequence-length schedule.
 * :mod:`~hfbert.pretrain.data` -- the prepared corpora (built first without ``--prepared``) and the batches.
 * :mod:`~hfbert.pretrain.loop` -- the Accelerate training loop and evaluation.
+* :mod:`~hfbert.pretrain.clock` -- the run's clock, and the schedule of a run given a time budget.
+* :mod:`~hfbert.pretrain.command` -- ``hfbert pretrain``: the settings, the job, each failure in one line.
 * :mod:`~hfbert.pretrain.export` -- the exported Hub-format folder (weights, card, curve, fill-mask) and the push.
 * :mod:`~hfbert.pretrain.callbacks` -- :class:`PretrainCallback`, the hooks a caller watches and steers the run
   through (:class:`TrainingControl`, :class:`DefaultSchedule`).
@@ -24,7 +26,8 @@ _EXPORTS = {
     "callbacks": ["DefaultSchedule", "PretrainCallback", "TrainingControl"],
     "config": ["ConfigError", "Phase", "PretrainConfig", "load_config", "parse_args", "resolve_phases"],
     "export": ["CURVE_FILE", "LOG_FILE", "METRICS_FILE", "fill_mask_example", "plot_curve"],
-    "loop": ["CONFIG_FILE", "PretrainResult", "TrainingDivergedError", "main", "preflight", "pretrain"],
+    "command": ["main"],
+    "loop": ["CONFIG_FILE", "PretrainResult", "TrainingDivergedError", "preflight", "pretrain"],
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

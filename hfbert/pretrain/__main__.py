@@ -1,5 +1,5 @@
 """``python -m hfbert.pretrain`` (what ``accelerate launch -m hfbert.pretrain`` runs on every process)."""
 
-from .loop import main
+from .command import main
 
 raise SystemExit(main())

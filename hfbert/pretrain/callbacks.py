@@ -11,7 +11,7 @@ error does (the trackers are closed; the last checkpoint stays). To supply the m
 Steering: ``on_step_end``, ``on_log`` and ``on_evaluate`` also get ``control``, the step's
 :class:`TrainingControl`. After each optimizer step the loop makes a fresh one, lets :class:`DefaultSchedule` (always
 the first callback: ``logging_steps``, ``eval_steps``, ``save_steps`` and the time limit) and then the caller's
-callbacks set or clear its flags, and does what they ask, in this order: log, evaluate, save, stop. Every process
+callbacks set or clear its flags, and does what they ask, in this order: log, evaluate, evaluate downstream, save, stop. Every process
 runs the callbacks and every one must decide the same (an evaluation and a checkpoint are collective): decide from
 ``step``, ``logs``, ``metrics`` and ``time_up``, which are the same on every process, not from a process's own clock.
 """
@@ -31,6 +31,7 @@ class TrainingControl:
     should_log: bool = False  # a training log line now (the averages since the previous one)
     should_evaluate: bool = False  # a held-out evaluation now
     should_save: bool = False  # a checkpoint now
+    should_evaluate_downstream: bool = False  # fine-tune the evaluate_suite on the model now
     should_stop: bool = False  # end training after this step (then the final evaluation and the export)
 
 
@@ -49,22 +50,26 @@ class PretrainCallback:
 
     def on_evaluate(self, step: int, metrics: dict, model, control: TrainingControl, **kwargs) -> None:
         """A held-out evaluation (``eval_loss``, ``eval_mlm_accuracy``, ...): when a callback asks for one (by
-        default every ``eval_steps``), and at the end."""
+        default every ``eval_steps``), and at the end; or a downstream one (``downstream_average``,
+        ``downstream_<task>``, ``downstream_minutes``): every ``evaluate_suite_steps``, and at the end."""
 
     def on_train_end(self, step: int, metrics: dict, model, **kwargs) -> None:
         """After the final evaluation, before the export."""
 
 
 class DefaultSchedule(PretrainCallback):
-    """The job's own schedule: a log line every ``logging_steps``, an evaluation every ``eval_steps``, a checkpoint
-    every ``save_steps`` optimizer steps, and a stop once the time limit has passed (``time_up``)."""
+    """The job's own schedule: a log line every ``logging_steps``, an evaluation every ``eval_steps``, a downstream
+    evaluation every ``downstream_steps`` (None: never), a checkpoint every ``save_steps`` optimizer steps, and a
+    stop once the time limit or the budget has passed (``time_up``)."""
 
-    def __init__(self, logging_steps: int, eval_steps: int, save_steps: int):
+    def __init__(self, logging_steps: int, eval_steps: int, save_steps: int, downstream_steps: int | None = None):
         self.logging_steps, self.eval_steps, self.save_steps = logging_steps, eval_steps, save_steps
+        self.downstream_steps = downstream_steps
 
     def on_step_end(self, step: int, model, control: TrainingControl, time_up: bool = False, **kwargs) -> None:
         control.should_log = step % self.logging_steps == 0
         control.should_evaluate = step % self.eval_steps == 0
+        control.should_evaluate_downstream = bool(self.downstream_steps) and step % self.downstream_steps == 0
         control.should_save = step % self.save_steps == 0
         control.should_stop = time_up
 

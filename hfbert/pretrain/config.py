@@ -36,7 +36,7 @@ TRAJECTORY_NEUTRAL = frozenset({
     "hub_revision", "fill_mask_text", "progress_bar", "report_to", "output_dir", "overwrite_output_dir",
     "max_eval_examples", "eval_batch_size", "resume_from", "resume_with_changes", "loss_spike_factor",
     "loss_spike_window", "hub_timeout", "cache_limit", "prepared_download", "evaluate_suite", "evaluate_data_dir",
-    "evaluate_seeds",
+    "evaluate_seeds", "evaluate_suite_steps",
 })
 # Settings a resumed run may change without --resume_with_changes: the neutral ones, and torch_compile, whose
 # compiled kernels compute the same steps with other float rounding.
@@ -133,6 +133,10 @@ class PretrainConfig(ExampleSettings):
         None, 'HfBertConfig overrides as JSON, e.g. \'{"hidden_size": 128}\' (default: dropout off for a fresh '
               'model, the checkpoint\'s own settings with --init_from, where only non-shape settings such as '
               'dropout may change; a value given here replaces the whole default)')
+    next_sentence_prediction: bool | None = _setting(
+        None, "train the NSP head beside MLM (the original); false: MLM only. Default: on, unless the corpus gives "
+              "NSP nothing to learn: when at least 90% of its training pairs take a random segment B (documents of "
+              "one sentence: reviews, tweets, queries), where a trivially learned NSP head hurts fine-tuning")
     # -- optimisation
     optimizer: str = _setting(
         "adamw", "adamw, adam_google (Google's Adam without bias correction) or lamb")
@@ -150,7 +154,12 @@ class PretrainConfig(ExampleSettings):
     gradient_accumulation_steps: int = _setting(1, "micro-batches per optimizer step")
     max_steps: int = _setting(3000, "optimizer steps of the whole schedule (all phases)")
     max_time_minutes: float | None = _setting(
-        20.0, "stop the training loop of this invocation after this long (null: never)")
+        20.0, "stop the training loop of this invocation after this long (null: never); a safety net that ends a "
+              "step-counted run wherever the clock stops it")
+    budget_minutes: float | None = _setting(
+        None, "train for this long instead of max_steps: the schedule's progress is the training time spent over "
+              "the budget (warm-up, decay and the phases follow the clock), and the run ends at the budget, "
+              "annealed, then evaluates and exports; --resume continues its clock; not bitwise repeatable")
     phases: list[dict[str, Any]] | None = _setting(
         None, 'the length schedule as JSON, e.g. \'[{"max_seq_length": 128, "fraction": 0.9}, '
               '{"max_seq_length": 512, "fraction": 0.1, "batch_size": 8}]\'')
@@ -202,6 +211,10 @@ class PretrainConfig(ExampleSettings):
               "datasets")
     evaluate_seeds: list[int] = _setting(help="fine-tuning seeds of the evaluation: every task runs once per seed",
                                          factory=lambda: [1, 2, 3])
+    evaluate_suite_steps: int | None = _setting(
+        None, "also fine-tune the suite on the model every this many optimizer steps during training and at its end "
+              "(the clock of a budget run stops meanwhile): the scores go to the metrics log, the trackers, the "
+              "downstream curve and the card; a suite's quick form (local-quick) keeps it cheap")
 
     def __post_init__(self) -> None:
         if isinstance(self.fill_mask_text, str):  # one sentence, as a file or a caller may give it
@@ -304,6 +317,10 @@ def _check_values(c: PretrainConfig) -> None:
              f"warmup_steps must be in [0, max_steps={c.max_steps}], got {c.warmup_steps}")
     _require(c.max_time_minutes is None or c.max_time_minutes > 0,
              f"max_time_minutes must be > 0 (or null for no limit), got {c.max_time_minutes}")
+    _require(c.budget_minutes is None or c.budget_minutes > 0,
+             f"budget_minutes must be > 0 (or null: train for max_steps), got {c.budget_minutes}")
+    _require(c.budget_minutes is None or c.warmup_steps is None,
+             "warmup_steps counts steps, which a budget run does not fix in advance; give warmup_ratio instead")
     _require(c.mixed_precision in ("auto", "no", "bf16", "fp16"),
              f"mixed_precision must be 'auto', 'no', 'bf16' or 'fp16', got {c.mixed_precision!r}")
     for name in ("max_eval_examples", "shuffle_window", "num_proc", "batch_size", "max_steps",
@@ -351,7 +368,11 @@ def _check_evaluation(c: PretrainConfig) -> None:
     every task's data and columns, its metric and recipe settings (:func:`hfbert.evaluation.check_settings`)."""
     if c.evaluate_suite is None:
         _require(c.evaluate_data_dir is None, "evaluate_data_dir is the data of an evaluate_suite; give that too")
+        _require(c.evaluate_suite_steps is None, "evaluate_suite_steps says how often to run an evaluate_suite; "
+                                                 "give that too")
         return
+    _require(c.evaluate_suite_steps is None or c.evaluate_suite_steps >= 1,
+             f"evaluate_suite_steps must be >= 1, got {c.evaluate_suite_steps}")
     _require(len(c.evaluate_seeds) > 0 and len(set(c.evaluate_seeds)) == len(c.evaluate_seeds),
              f"evaluate_seeds must be one or more different seeds, got {c.evaluate_seeds}")
     from ..evaluation import check_settings

@@ -307,6 +307,7 @@ def _stats(corpora: dict[int, PreparedCorpus], held_out: dict[int, list], length
         "eval_examples": {length: sum(len(b["input_ids"]) for b in held_out[length]) for length in corpora},
         "train_tokens": first.manifest.splits["train"].tokens,
         "masking": first.settings["masking"],
+        "random_next_fraction": report.get("instances", {}).get("random_next_fraction"),  # None: an older manifest
     }
     by_length = {length: baselines(batches) for length, batches in held_out.items()}
     # The final evaluation is at the last phase's length, so its baselines are the ones reported next to it.

@@ -17,11 +17,13 @@ from .config import PretrainConfig
 from .data import PREPARED_DIR, TrainingData
 from .tracking import read_jsonl
 
-__all__ = ["CURVE_FILE", "LOG_FILE", "METRICS_FILE", "export", "fill_mask_example", "plot_curve", "push"]
+__all__ = ["CURVE_FILE", "DOWNSTREAM_CURVE_FILE", "LOG_FILE", "METRICS_FILE", "downstream_records", "export",
+           "fill_mask_example", "plot_curve", "plot_downstream", "push"]
 
 LOG_FILE = Path("runs") / "metrics.jsonl"
 METRICS_FILE = "metrics.json"
 CURVE_FILE = "loss_curve.png"
+DOWNSTREAM_CURVE_FILE = "downstream_curve.png"
 
 
 def export(config: PretrainConfig, model, data: TrainingData, metrics: dict, phases, origin: dict | None = None,
@@ -39,9 +41,12 @@ def export(config: PretrainConfig, model, data: TrainingData, metrics: dict, pha
             (folder / METRICS_FILE).write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
             records = read_jsonl(output_dir / LOG_FILE)
             curve = plot_curve(records, folder / CURVE_FILE, baselines=data.stats)
+            downstream = downstream_records(records)
+            downstream_curve = plot_downstream(records, folder / DOWNSTREAM_CURVE_FILE) if downstream else None
             fill_mask = fill_mask_example(folder, config.fill_mask_text)
             write_pretrained_card(folder, config=config, model_config=model.config, stats=data.stats,
-                                  metrics=metrics, phases=phases, curve=curve, fill_mask=fill_mask, origin=origin)
+                                  metrics=metrics, phases=phases, curve=curve, fill_mask=fill_mask, origin=origin,
+                                  downstream=downstream, downstream_curve=downstream_curve)
     except Exception as err:
         if not out_of_space(err, output_dir):
             raise
@@ -87,6 +92,54 @@ def plot_curve(records: list[dict], path: Path, baselines: dict | None = None) -
             accuracy_axes.axhline(baselines[key], linestyle=style, color="grey", label=label)
     accuracy_axes.set(xlabel="optimizer step", ylabel="accuracy", ylim=(0, 1), title="held-out accuracy")
     accuracy_axes.legend()
+    figure.savefig(path, dpi=100)
+    return path
+
+
+def downstream_records(records: list[dict]) -> list[dict]:
+    """The downstream evaluations of a run's log (``--evaluate_suite_steps``), in step order: ``step``, ``minutes``
+    (training minutes), ``average`` and each task's score by name."""
+    rows = []
+    for r in records:
+        if "downstream_average" in r:
+            tasks = {k[len("downstream_"):]: v for k, v in r.items()
+                     if k.startswith("downstream_") and k not in ("downstream_average", "downstream_minutes")}
+            rows.append({"step": r["step"], "minutes": r.get("downstream_minutes"), "average": r["downstream_average"],
+                         **tasks})
+    return sorted(rows, key=lambda row: row["step"])
+
+
+def plot_downstream(records: list[dict], path: Path) -> Path | None:
+    """The downstream score (the suite's average and each task's first metric) beside the held-out MLM accuracy,
+    against the optimizer step and against the training minutes; None when matplotlib is not installed."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    rows = downstream_records(records)
+    seconds = {r["step"]: r["train_seconds"] for r in records if "train_seconds" in r and "loss" in r}
+    held = [(r["step"], r["eval_mlm_accuracy"]) for r in records if "eval_mlm_accuracy" in r]
+    tasks = [k for k in rows[0] if k not in ("step", "minutes", "average")] if rows else []
+    figure = Figure(figsize=(10, 4), layout="constrained")
+    for axes, by_minute in zip(figure.subplots(1, 2), (False, True)):
+        x = [row["minutes"] if by_minute else row["step"] for row in rows]
+        axes.plot(x, [row["average"] for row in rows], marker="o", linewidth=2, label="downstream average")
+        for task in tasks:
+            axes.plot(x, [row[task] for row in rows], marker=".", linestyle="--", label=task)
+        axes.set(xlabel="training minutes" if by_minute else "optimizer step", ylabel="downstream score",
+                 title="downstream score by " + ("minute" if by_minute else "step"))
+        mlm = axes.twinx()
+        if by_minute:  # the log line nearest each evaluation gives its minute
+            known = sorted(seconds)
+            points = [(seconds[min(known, key=lambda k: abs(k - step))] / 60, acc) for step, acc in held] if known else []
+        else:
+            points = held
+        if points:
+            mlm.plot(*zip(*points), color="grey", marker="s", markersize=3, label="held-out MLM accuracy")
+        mlm.set(ylabel="held-out MLM accuracy")
+        lines = axes.get_legend_handles_labels()
+        extra = mlm.get_legend_handles_labels()
+        axes.legend(lines[0] + extra[0], lines[1] + extra[1], fontsize="small")
     figure.savefig(path, dpi=100)
     return path
 

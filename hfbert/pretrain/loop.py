@@ -25,11 +25,12 @@ resumable state in ``checkpoint-*`` folders and logs in ``runs/`` (neither is up
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
 import shutil
-import sys
+import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -41,16 +42,15 @@ from accelerate import Accelerator
 from accelerate.utils import TorchDynamoPlugin
 from tqdm.auto import tqdm
 
-from ..arguments import UsageError, run_command
 from ..data.prepared import PreparedDataError
 from ..data.remote import ShardReadError
-from ..evaluation import EvaluationError, evaluate_exported
-from ..hub import HubPushError
+from ..evaluation import evaluate_during_training, evaluate_exported
 from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
 from .callbacks import CallbackHandler, DefaultSchedule, PretrainCallback, TrainingControl
-from .checkpointing import DiskFullError, from_main, save_checkpoint, seed_step, settle
-from .config import ConfigError, Phase, PretrainConfig, command_parser, native_mixed_precision, resolve_phases
+from .clock import BUDGET_UNITS, Budget, Clock
+from .checkpointing import from_main, save_checkpoint, seed_step, settle
+from .config import ConfigError, Phase, PretrainConfig, native_mixed_precision, resolve_phases
 from .data import (PREPARED_DIR, BatchPlan, ReadAhead, TrainingData, check_sources, load_training_data,
                    prepared_lengths, stand_in_batch, training_batch)
 from .origin import ORIGIN_FILE, Origin, build_model, find_origin, record_origin
@@ -66,7 +66,7 @@ from .recovery import (
 from .export import LOG_FILE, export, push
 from .tracking import JsonlTracker, accelerate_trackers, start_trackers
 
-__all__ = ["PretrainResult", "TrainingDivergedError", "main", "pretrain", "preflight"]
+__all__ = ["PretrainResult", "TrainingDivergedError", "pretrain", "preflight"]
 
 CONFIG_FILE = "pretrain_config.json"
 # Statistics summed over processes each optimizer step (one all-reduce of this small vector). Losses are sums
@@ -123,6 +123,7 @@ class LoopState:
     train_seconds: float = 0.0  # summed over every invocation of the run
     recent_losses: list[float] = field(default_factory=list)  # the losses the spike check compares with
     history: list[dict] = field(default_factory=list)  # resumes with changed settings (hfbert.pretrain.recovery)
+    phase_starts: list[int] = field(default_factory=lambda: [0])  # a budget run's first step of each phase begun
 
     @classmethod
     def from_checkpoint(cls, saved: dict[str, Any], logging_steps: int) -> LoopState:
@@ -153,8 +154,8 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
     :class:`~hfbert.evaluation.EvaluationError` when a run of ``evaluate_suite`` fails and
     :class:`~hfbert.hub.HubPushError` when the push does."""
     # The job's own schedule first, then the caller's callbacks (a wrong one fails before any work).
-    handler = CallbackHandler([DefaultSchedule(config.logging_steps, config.eval_steps, config.save_steps),
-                               *(callbacks or ())])
+    handler = CallbackHandler([DefaultSchedule(config.logging_steps, config.eval_steps, config.save_steps,
+                                               config.evaluate_suite_steps), *(callbacks or ())])
     phases = resolve_phases(config, prepared_lengths(config))  # one prepared folder trains at its own length
     accelerator = _make_accelerator(config)
     start = preflight(config, accelerator)  # fresh, or the checkpoint to resume: the same on every process
@@ -164,6 +165,7 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
     data = load_training_data(config, accelerator, lengths, tokenizer=origin.tokenizer)
     model = build_model(origin, config, data, model_init)
     _record_settings(config, accelerator, start, origin)
+    _choose_nsp(config, accelerator, data)
     optimizer, scheduler = _build_optimizer(config, model)
     model, optimizer = accelerator.prepare(model, optimizer)
     # The schedule is stepped here once per optimizer step; accelerate's wrapper would step it once per process.
@@ -173,10 +175,12 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
     loop = _Loop(config, accelerator, model, optimizer, scheduler, data, phases, state, handler)
     try:
         stopped_by = loop.run()
+        phases = loop.phases_run()  # a budget run's phases as the clock cut them
         logged = loop.evaluated_now()  # the loop has just logged this step's evaluation
         metrics = {**loop.evaluation(), "step": state.step, "stopped_by": stopped_by,
                    "train_seconds": round(state.train_seconds, 1), "tokens_seen": state.tokens_seen,
-                   "num_processes": accelerator.num_processes}
+                   "num_processes": accelerator.num_processes,
+                   "next_sentence_prediction": config.next_sentence_prediction}
         metrics.update({k: v for k, v in data.stats.items() if k.startswith("eval_") and "baseline" in k})
         if "baselines_by_length" in data.stats:  # string keys, as metrics.json will hold them
             metrics["baselines_by_length"] = {str(k): v for k, v in data.stats["baselines_by_length"].items()}
@@ -286,14 +290,32 @@ def _record_settings(config: PretrainConfig, accelerator, start: RunStart, origi
         path.write_text(json.dumps(config.to_dict(), indent=1), encoding="utf-8")
 
 
+#: At least this share of random-B pairs leaves NSP nothing to learn (documents of a single sentence).
+DEGENERATE_NSP = 0.9
+
+
+def _choose_nsp(config: PretrainConfig, accelerator, data: TrainingData) -> None:
+    """``next_sentence_prediction`` left to the data: on, unless nearly every training pair takes a random segment
+    B (its label is then the prior; on such a corpus an NSP head learned in a few steps made the model fine-tune
+    worse, docs/downstream.md). Decided from the manifest, the same on every process and on resume."""
+    if config.next_sentence_prediction is not None:
+        return
+    share = data.stats.get("random_next_fraction")
+    config.next_sentence_prediction = share is None or share < DEGENERATE_NSP
+    if not config.next_sentence_prediction:
+        accelerator.print(f"next sentence prediction: off ({share:.0%} of the training pairs take a random segment "
+                          "B, so NSP has nothing to learn; --next_sentence_prediction true to train it anyway)")
+
+
 def _build_optimizer(config: PretrainConfig, model):
     optimizer = create_optimizer(
         model, config.optimizer, lr=config.learning_rate, weight_decay=config.weight_decay,
         betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon,
     )
-    warmup = config.warmup_steps if config.warmup_steps is not None else warmup_steps_for(
-        config.max_steps, config.warmup_ratio)
-    return optimizer, linear_warmup_decay(optimizer, warmup, config.max_steps)
+    # A budget run counts the schedule in BUDGET_UNITS of its budget, set from the clock after each step.
+    total = config.max_steps if config.budget_minutes is None else BUDGET_UNITS
+    warmup = config.warmup_steps if config.warmup_steps is not None else warmup_steps_for(total, config.warmup_ratio)
+    return optimizer, linear_warmup_decay(optimizer, warmup, total)
 
 
 def _resume(start: RunStart, config: PretrainConfig, accelerator, model, optimizer, scheduler) -> LoopState:
@@ -345,20 +367,29 @@ class _Loop:
         self.data_seconds = 0.0  # the mean wait for data per step over the last log line's steps
         self.output_dir = Path(config.output_dir)
         self.last_saved = state.step
-        self.clock = _Clock(state.train_seconds)
+        self.clock = Clock(state.train_seconds)
         self.last_evaluation: tuple[int, dict] = (-1, {})
+        self.last_downstream = -1  # the step of the last downstream evaluation
         self.watch = LossWatch(state.recent_losses, config.loss_spike_factor, config.loss_spike_window)
+        self.budget = None if config.budget_minutes is None else Budget(config.budget_minutes, phases, scheduler,
+                                                                           state.phase_starts)
 
     def phase_at(self, step: int) -> Phase:
+        if self.budget is not None:
+            return self.budget.phase_at(step)
         return next(p for p in self.phases if p.first_step <= step < p.first_step + p.steps)
 
+    def phases_run(self) -> list[Phase]:
+        """The phases as trained (a budget run's as the clock cut them)."""
+        return self.phases if self.budget is None else self.budget.phases_run(self.state.step)
+
     def run(self) -> str:
-        """Returns why training stopped: ``"max_steps"``, ``"max_time"`` or ``"callback"`` (a callback's
-        ``should_stop``)."""
+        """Returns why training stopped: ``"max_steps"``, ``"budget"``, ``"max_time"`` or ``"callback"`` (a
+        callback's ``should_stop``)."""
         config, state = self.config, self.state
-        bar = tqdm(total=config.max_steps, initial=state.step, desc="pretraining", dynamic_ncols=True,
-                   disable=not (config.progress_bar and self.accelerator.is_local_main_process))
-        limit = None if config.max_time_minutes is None else config.max_time_minutes * 60
+        bar = tqdm(total=config.max_steps if self.budget is None else None, initial=state.step, desc="pretraining",
+                   dynamic_ncols=True, disable=not (config.progress_bar and self.accelerator.is_local_main_process))
+        limit = None if config.max_time_minutes is None or self.budget else config.max_time_minutes * 60
         stop = "max_steps"
         self.model.train()
         self.callbacks("on_train_begin", step=state.step, model=self.accelerator.unwrap_model(self.model))
@@ -369,16 +400,24 @@ class _Loop:
         bar.close()
         if state.since_log_steps > 0:  # the steps since the last log line
             self.log()
+        if config.evaluate_suite_steps is not None and self.last_downstream != state.step:  # the curve's last point
+            self.accelerator.log(self.downstream(), step=state.step)
         if self.last_saved != state.step:
             self.checkpoint()
         return stop
 
     def _train(self, bar, limit: float | None) -> str:
         config, state = self.config, self.state
-        stop = "max_steps"
-        while state.step < config.max_steps:
-            stats = self.train_step(time_up=limit is not None and self.clock.this_run() >= limit)
+        stop, recent = ("max_steps" if self.budget is None else "budget"), collections.deque([0.0], maxlen=9)
+        while self.budget is not None or state.step < config.max_steps:
+            # A budget run agrees on when this step will end (the clock now plus the median of the last steps'
+            # times), so that its schedule and its stop fall on the budget, not a step after it.
+            clock = self.clock.total() + statistics.median(recent) if self.budget else self.clock.this_run()
+            stats = self.train_step(clock=clock, limit=self.budget.seconds if self.budget else limit)
+            recent.append(stats["seconds"])
             state.step += 1
+            if self.budget is not None and self.budget.follow(stats["clock"], state.step):
+                stats["time_up"] = True
             state.tokens_seen += int(stats["tokens"])
             for key in _STATS:
                 state.since_log[key] += stats[key]
@@ -393,14 +432,18 @@ class _Loop:
                 bar.set_postfix(loss=f"{self.log(control):.3f}", data=f"{self.data_seconds:.3f}s")
             if control.should_evaluate:
                 self.accelerator.log(self.evaluation(control), step=state.step)
+            if control.should_evaluate_downstream:
+                self.accelerator.log(self.downstream(control), step=state.step)
             if control.should_save:
                 self.checkpoint()
+            if self.budget is not None and stats["time_up"]:
+                break
             if control.should_stop and state.step < config.max_steps:
                 stop = "max_time" if stats["time_up"] else "callback"
                 break
         return stop
 
-    def train_step(self, time_up: bool) -> dict[str, float]:
+    def train_step(self, clock: float, limit: float | None = None) -> dict[str, float]:
         """One optimizer step over ``gradient_accumulation_steps`` micro-batches on every process.
 
         The step's MLM loss is the mean over every supervised token of its global batch (all micro-batches on all
@@ -413,8 +456,8 @@ class _Loop:
 
         The host reads the device once per step, after the backward passes: one small vector, all-reduced, holds
         what the loop must know before the update and what every process must agree on -- the step's loss (the
-        divergence check keeps a diverged step out of the weights), whether a process is past the time limit and
-        which processes could not read their rows (a process that could not trains on a stand-in batch, so that its
+        divergence check keeps a diverged step out of the weights), the agreed clock (the time limit) and which
+        processes could not read their rows (a process that could not trains on a stand-in batch, so that its
         collectives meet the others', and every process stops at this read). The step's statistics for the log come
         in the same read. Nothing else waits for the device (on a GPU, a wait keeps the host from queueing the next
         kernels): where each micro-batch's real tokens and supervised labels sit is found on the host when it is read
@@ -454,12 +497,13 @@ class _Loop:
                 known = ({"packed_rows": counts[k]["packed"], "supervised_positions": counts[k]["positions"],
                           "inputs_checked": True} if self.takes_layout else {})
                 outputs = self.model(**batch, num_items_in_batch=num_items, **known)  # MLM: token sum / num_items
-                accelerator.backward(outputs.mlm_loss + outputs.nsp_loss / accumulation)
+                nsp_loss = outputs.nsp_loss / accumulation if config.next_sentence_prediction else 0.0
+                accelerator.backward(outputs.mlm_loss + nsp_loss)
             totals += _batch_stats(outputs, batch, num_items, counts[k])
-        # With the statistics: whether any process is past the time limit and which processes could not read their
-        # rows. One all-reduce, and the step's one read of the device.
+        # With the statistics: the mean of the processes' clocks (the step's agreed clock) and which processes could
+        # not read their rows. One all-reduce, and the step's one read of the device.
         agreed = torch.zeros(1 + accelerator.num_processes, dtype=torch.float64, device=device)
-        agreed[0] = float(time_up)
+        agreed[0] = clock / accelerator.num_processes
         agreed[1 + accelerator.process_index] = float(failure is not None)
         shared = accelerator.reduce(torch.cat([totals, agreed]), reduction="sum").tolist()
         failed = [rank for rank, flag in enumerate(shared[len(_STATS) + 1 :]) if flag]
@@ -469,8 +513,11 @@ class _Loop:
                 raise StepDataError(f"step {step + 1}: {failure}") from failure
             raise StoppedByAnotherProcess(f"process {failed[0]} could not read its rows at step {step + 1}")
         stats: dict[str, Any] = dict(zip(_STATS, shared))
-        stats["time_up"] = shared[len(_STATS)] > 0
-        loss = stats["mlm_loss_sum"] / max(stats["mlm_total"], 1.0) + stats["nsp_loss_sum"] / stats["nsp_total"]
+        stats["clock"] = shared[len(_STATS)]
+        stats["time_up"] = limit is not None and stats["clock"] >= limit
+        loss = stats["mlm_loss_sum"] / max(stats["mlm_total"], 1.0)
+        if config.next_sentence_prediction:
+            loss += stats["nsp_loss_sum"] / stats["nsp_total"]
         problem = self.watch.problem(loss)
         if problem is not None:
             self.optimizer.zero_grad(set_to_none=True)
@@ -489,7 +536,9 @@ class _Loop:
     def _keys_from(self, step: int) -> list[tuple[int, int]]:
         """(phase, micro-batch) of the steps read ahead from ``step`` on."""
         keys, accumulation = [], self.config.gradient_accumulation_steps
-        for later in range(step, min(step + READ_AHEAD_STEPS, self.config.max_steps)):
+        last = step + READ_AHEAD_STEPS if self.budget is not None else min(step + READ_AHEAD_STEPS,
+                                                                             self.config.max_steps)
+        for later in range(step, last):
             phase = self.phase_at(later)
             first = (later - phase.first_step) * accumulation
             keys += [(phase.index, first + k) for k in range(accumulation)]
@@ -517,7 +566,7 @@ class _Loop:
         w, steps = state.since_log, state.since_log_steps
         mlm_loss, nsp_loss = w["mlm_loss_sum"] / max(w["mlm_total"], 1.0), w["nsp_loss_sum"] / max(w["nsp_total"], 1.0)
         values = {
-            "loss": mlm_loss + nsp_loss,
+            "loss": mlm_loss + (nsp_loss if self.config.next_sentence_prediction else 0.0),
             "mlm_loss": mlm_loss,
             "nsp_loss": nsp_loss,
             "mlm_accuracy": w["mlm_correct"] / max(w["mlm_total"], 1.0),
@@ -547,6 +596,18 @@ class _Loop:
             self.callbacks("on_evaluate", step=self.state.step, metrics=self.last_evaluation[1],
                            model=self.accelerator.unwrap_model(self.model), control=control or TrainingControl())
         return self.last_evaluation[1]
+
+    def downstream(self, control: TrainingControl | None = None) -> dict[str, float]:
+        """The evaluate_suite fine-tuned on the model as it is now (on the main process, the others waiting); the
+        clock stops meanwhile, so a budget run's schedule does not pay for it."""
+        model, step = self.accelerator.unwrap_model(self.model), self.state.step
+        with self.clock.paused():
+            scores = from_main(self.accelerator,
+                               lambda: evaluate_during_training(self.config, model, self.data.tokenizer, step))
+        scores["downstream_minutes"] = self.clock.total() / 60  # training minutes so far
+        self.last_downstream = step
+        self.callbacks("on_evaluate", step=step, metrics=scores, model=model, control=control or TrainingControl())
+        return scores
 
     def evaluated_now(self) -> bool:
         return self.last_evaluation[0] == self.state.step
@@ -583,19 +644,6 @@ class _Loop:
         self.last_saved = self.state.step
 
 
-class _Clock:
-    """Training seconds: this invocation's, and the run's total over every resumption."""
-
-    def __init__(self, earlier_seconds: float):
-        self.earlier, self.started = earlier_seconds, time.monotonic()
-
-    def this_run(self) -> float:
-        return time.monotonic() - self.started
-
-    def total(self) -> float:
-        return self.earlier + self.this_run()
-
-
 def _batch_stats(outputs, batch: dict[str, torch.Tensor], num_items=None, counts: dict | None = None) -> torch.Tensor:
     """Loss sums, MLM/NSP correct and total counts and real tokens of one micro-batch, as a _STATS vector on the
     batch's device, built without waiting for it. ``num_items``: what the MLM loss was divided by (None: it is the
@@ -622,74 +670,3 @@ def _batch_stats(outputs, batch: dict[str, torch.Tensor], num_items=None, counts
     return torch.stack([value.to(torch.float64).reshape(()) if torch.is_tensor(value)
                         else torch.full((), float(value), dtype=torch.float64, device=device)
                         for value in (values[key] for key in _STATS)])
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Command line
-
-
-def _summary(result: PretrainResult) -> str:
-    m = result.metrics
-    lines = [
-        f"done: {m['step']} steps ({m['stopped_by']}), {m['train_seconds']:.0f} s of training",
-        f"held-out MLM accuracy {m['eval_mlm_accuracy']:.3f} (most-frequent-token baseline "
-        f"{m.get('eval_mlm_baseline_most_frequent_token', float('nan')):.3f}), NSP accuracy "
-        f"{m['eval_nsp_accuracy']:.3f} (majority baseline "
-        f"{m.get('eval_nsp_baseline_majority_class', float('nan')):.3f})",
-        f"Hub-format model in {result.output_dir}",
-    ]
-    for example in result.fill_mask:
-        lines.append(f"fill-mask: {example['text']}")
-        lines.append("  " + ", ".join(f"{r['token']} {r['score']:.3f}" for r in example["answers"]))
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``hfbert pretrain [--config FILE] [--key value ...]``; exit status 2 for bad settings (one line naming the
-    setting, before any work), 1 for a divergence or a full disk (one line, from the main process only) or a remote
-    read that failed for good (one line, from the process that read)."""
-    parser = command_parser()
-
-    def run() -> int:
-        try:
-            config = parser.parse_values(sys.argv[1:] if argv is None else argv)
-            result = pretrain(config)
-        except UsageError:
-            if not _first_on_this_machine():  # every process checks the same settings; one of them says so
-                return 2
-            raise
-        except StoppedByAnotherProcess:
-            return 1
-        except (HubPushError, EvaluationError) as err:  # the model is exported; the upload or the evaluation failed
-            print(f"{parser.prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
-            return 1
-        except (TrainingDivergedError, DiskFullError, StepDataError, *CORPUS_ERRORS) as err:
-            # A divergence and a full disk are said by the main process; a failed read during training by the
-            # first process that had it; one before training (every process opens the same files) by the first
-            # process of each machine.
-            if isinstance(err, (TrainingDivergedError, DiskFullError)):
-                speaks = _is_main_process()
-            else:
-                speaks = isinstance(err, StepDataError) or _first_on_this_machine()
-            if speaks:
-                if isinstance(err, TrainingDivergedError):  # what happened, then the command that recovers
-                    print(f"{parser.prog}: {err}", file=sys.stderr)
-                else:
-                    print(f"{parser.prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
-            return 1
-        if result.fill_mask:  # the main process
-            print(_summary(result))
-        return 0
-
-    return run_command(parser.prog, run)
-
-
-def _first_on_this_machine() -> bool:
-    """Whether this is the first process of its machine (the launchers set LOCAL_RANK; a lone process is)."""
-    return os.environ.get("LOCAL_RANK", "0") == "0"
-
-
-def _is_main_process() -> bool:
-    from accelerate import PartialState
-
-    return PartialState().is_main_process
