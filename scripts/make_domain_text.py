@@ -63,7 +63,8 @@ def main() -> None:
     documents = list(dict.fromkeys(documents))
     Path(args.output).write_text("\n\n".join(documents) + "\n", encoding="utf-8")
     print(f"{len(documents):,} documents ({suite_count:,} from the suite's training rows), "
-          f"{Path(args.output).stat().st_size / 1e6:.1f} MB -> {args.output}; {len(held_out):,} validation texts kept out")
+          f"{Path(args.output).stat().st_size / 1e6:.1f} MB -> {args.output}; "
+          f"{len(held_out):,} validation texts kept out")
 
 
 if __name__ == "__main__":

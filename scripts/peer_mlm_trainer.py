@@ -67,8 +67,8 @@ def train(args, max_steps: int, seconds: float, output_dir: Path, train_set, tok
         output_dir=str(output_dir), max_steps=max_steps, per_device_train_batch_size=args.batch_size,
         learning_rate=args.learning_rate, weight_decay=0.01, warmup_steps=args.warmup_ratio,
         adam_beta2=0.98, adam_epsilon=1e-6, max_grad_norm=1.0, lr_scheduler_type="linear", logging_steps=50,
-        save_strategy="no", report_to=[], seed=args.seed, dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(),
-        disable_tqdm=True)
+        save_strategy="no", report_to=[], seed=args.seed, dataloader_num_workers=0,
+        use_cpu=not torch.cuda.is_available(), disable_tqdm=True)
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
     trainer = Trainer(model=model, args=training, train_dataset=train_set, data_collator=collator,
                       callbacks=[StopAtBudget(seconds)])

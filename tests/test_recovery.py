@@ -43,7 +43,7 @@ from hfbert.pretrain.checkpointing import (
     remove_incomplete,
     save_checkpoint,
 )
-from hfbert.pretrain.config import ConfigError, PretrainConfig
+from hfbert.pretrain.config import ConfigError, PretrainConfig, command_parser
 from hfbert.pretrain.data import BUILTIN_CORPUS
 from hfbert.pretrain.recovery import RECOVERY_CHANGES, LossWatch, last_good_checkpoint, plan_start
 from hfbert.pretrain.tracking import read_jsonl
@@ -356,7 +356,7 @@ def test_a_divergence_before_any_good_checkpoint_says_to_start_over(prepared, tm
     command = printed_command(message)
     assert command == ["--config", str(out / "pretrain_config.json"), "--overwrite_output_dir", "true",
                        "--learning_rate", "0.000125"]
-    loop.preflight(loop.command_parser().parse_values(command))  # the command is accepted as it stands
+    loop.preflight(command_parser().parse_values(command))  # the command is accepted as it stands
     diverged = [r for r in read_jsonl(out / "runs" / "metrics.jsonl") if r.get("event") == "diverged"]
     assert [r["step"] for r in diverged] == [3]
 

@@ -42,6 +42,6 @@ __all__ = [
     "METRIC_TYPES", "PLOT_FILE", "RESULTS_FILE", "RESULT_FILE", "SUITE_DIR", "TASK_TYPES", "EvaluateArguments",
     "EvaluationError", "PreparedTask", "Suite", "SuiteTask", "TaskType", "check_settings", "check_suite",
     "eval_results", "evaluate", "evaluate_during_training", "evaluate_exported", "evaluation_dir", "find_suite",
-    "known_metrics", "load_suite", "main", "packaged_suites", "plot_results", "prepare_task", "recipe_argv", "results_table",
-    "summarize", "write_results_card",
+    "known_metrics", "load_suite", "main", "packaged_suites", "plot_results", "prepare_task", "recipe_argv",
+    "results_table", "summarize", "write_results_card",
 ]

@@ -10,9 +10,9 @@ error does (the trackers are closed; the last checkpoint stays). To supply the m
 
 Steering: ``on_step_end``, ``on_log`` and ``on_evaluate`` also get ``control``, the step's
 :class:`TrainingControl`. After each optimizer step the loop makes a fresh one, lets :class:`DefaultSchedule` (always
-the first callback: ``logging_steps``, ``eval_steps``, ``save_steps`` and the time limit) and then the caller's
-callbacks set or clear its flags, and does what they ask, in this order: log, evaluate, evaluate downstream, save, stop. Every process
-runs the callbacks and every one must decide the same (an evaluation and a checkpoint are collective): decide from
+the first callback: ``logging_steps``, ``eval_steps``, ``evaluate_suite_steps``, ``save_steps``, the time limit and
+the budget) and then the caller's callbacks set or clear its flags, and does what they ask, in this order: log,
+evaluate, evaluate downstream, save, stop. Every process runs the callbacks and every one must decide the same (an evaluation and a checkpoint are collective): decide from
 ``step``, ``logs``, ``metrics`` and ``time_up``, which are the same on every process, not from a process's own clock.
 """
 

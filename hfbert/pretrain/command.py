@@ -11,8 +11,8 @@ from ..evaluation import EvaluationError
 from ..hub import HubPushError
 from .checkpointing import DiskFullError
 from .config import command_parser
-from .loop import (CORPUS_ERRORS, PretrainResult, StepDataError, StoppedByAnotherProcess, TrainingDivergedError,
-                   pretrain)
+from . import loop  # the job is looked up there when the command runs (a caller may wrap loop.pretrain)
+from .loop import CORPUS_ERRORS, PretrainResult, StepDataError, StoppedByAnotherProcess, TrainingDivergedError
 
 __all__ = ["main"]
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> int:
         try:
             config = parser.parse_values(sys.argv[1:] if argv is None else argv)
-            result = pretrain(config)
+            result = loop.pretrain(config)
         except UsageError:
             if not _first_on_this_machine():  # every process checks the same settings; one of them says so
                 return 2

@@ -416,12 +416,14 @@ def _check_model_overrides(c: PretrainConfig) -> None:
         raise ConfigError(f"bad model setting (preset {c.preset!r}, model {c.model}): {err}") from None
 
 
-def resolve_phases(c: PretrainConfig, prepared_lengths: list[int] | None = None) -> list[Phase]:
+def resolve_phases(c: PretrainConfig, prepared_lengths: list[int] | None = None,
+                   total: int | None = None) -> list[Phase]:
     """The schedule as phases with step counts: ``phases`` entries give ``max_seq_length`` and either ``steps``
     (summing to max_steps) or ``fraction`` (summing to 1; the last phase takes the rounding remainder), and
     optionally their own ``batch_size``. Without ``phases`` or ``max_seq_length``, one prepared folder trains at
     its own length (``prepared_lengths``: the lengths of the ``prepared`` folders, when known); anything else
-    follows the short-first default schedule."""
+    follows the short-first default schedule. ``total``: what fractions cut (default max_steps; a budget run gives
+    the units of its budget, so that each phase's share is exact)."""
     if c.phases is not None:
         raw = c.phases
     elif c.max_seq_length is not None:
@@ -456,8 +458,9 @@ def resolve_phases(c: PretrainConfig, prepared_lengths: list[int] | None = None)
         _require(all(fits_type(float, f) and 0 < f <= 1 for f in fractions),
                  f"phase fractions must be in (0, 1], got {fractions}")
         _require(abs(sum(fractions) - 1.0) < 1e-6, f"phase fractions {fractions} must sum to 1")
-        steps = [int(round(f * c.max_steps)) for f in fractions[:-1]]
-        steps.append(c.max_steps - sum(steps))
+        total = c.max_steps if total is None else total  # a budget run cuts its budget's units, not steps
+        steps = [int(round(f * total)) for f in fractions[:-1]]
+        steps.append(total - sum(steps))
         _require(all(s >= 1 for s in steps),
                  f"max_steps={c.max_steps} is too small for the phase fractions {fractions} (steps {steps})")
     phases, first = [], 0

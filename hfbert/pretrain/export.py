@@ -129,11 +129,10 @@ def plot_downstream(records: list[dict], path: Path) -> Path | None:
         axes.set(xlabel="training minutes" if by_minute else "optimizer step", ylabel="downstream score",
                  title="downstream score by " + ("minute" if by_minute else "step"))
         mlm = axes.twinx()
+        points = held
         if by_minute:  # the log line nearest each evaluation gives its minute
             known = sorted(seconds)
-            points = [(seconds[min(known, key=lambda k: abs(k - step))] / 60, acc) for step, acc in held] if known else []
-        else:
-            points = held
+            points = [(seconds[min(known, key=lambda k: abs(k - step))] / 60, acc) for step, acc in held if known]
         if points:
             mlm.plot(*zip(*points), color="grey", marker="s", markersize=3, label="held-out MLM accuracy")
         mlm.set(ylabel="held-out MLM accuracy")

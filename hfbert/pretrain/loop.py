@@ -156,7 +156,8 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
     # The job's own schedule first, then the caller's callbacks (a wrong one fails before any work).
     handler = CallbackHandler([DefaultSchedule(config.logging_steps, config.eval_steps, config.save_steps,
                                                config.evaluate_suite_steps), *(callbacks or ())])
-    phases = resolve_phases(config, prepared_lengths(config))  # one prepared folder trains at its own length
+    # One prepared folder trains at its own length; a budget run's phases are shares of its budget (in units).
+    phases = resolve_phases(config, prepared_lengths(config), BUDGET_UNITS if config.budget_minutes else None)
     accelerator = _make_accelerator(config)
     start = preflight(config, accelerator)  # fresh, or the checkpoint to resume: the same on every process
     _start_output_dir(config, accelerator, start)
