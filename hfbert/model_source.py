@@ -39,8 +39,8 @@ from .google_checkpoint import VOCAB_FILE, is_google_folder, read_google_checkpo
 from .tf_checkpoint import CheckpointError
 from .tokenization import bert_tokenizer_from_vocab, load_vocab
 
-__all__ = ["FORMATS", "LoadReport", "ModelSourceError", "PretrainedSource", "check_same_vocabulary", "load_any_bert",
-           "load_pretrained", "locate", "source_config", "source_tokenizer"]
+__all__ = ["FORMATS", "LoadReport", "ModelSourceError", "PretrainedSource", "check_same_vocabulary",
+           "check_special_ids", "load_any_bert", "load_pretrained", "locate", "source_config", "source_tokenizer"]
 
 FORMATS = {"hfbert": "an hfbert folder", "bert": "a transformers BERT folder", "google": "a Google BERT checkpoint"}
 # Files a Hub snapshot of a BERT needs; other frameworks' weights (TF/Flax/ONNX exports) are never downloaded.
@@ -290,10 +290,16 @@ def check_same_vocabulary(tokenizer, expected, *, what: str, expected_what: str)
         if by_id[i] != their_by_id.get(i):
             raise ModelSourceError(f"{what} and {expected_what} have different vocabularies: id {i} is "
                                    f"{by_id[i]!r} in one and {their_by_id.get(i)!r} in the other")
-    for name in ("pad", "unk", "cls", "sep", "mask"):
-        a, b = getattr(tokenizer, f"{name}_token_id"), getattr(expected, f"{name}_token_id")
-        if a != b:
-            raise ModelSourceError(f"the [{name.upper()}] id is {a} in {what} but {b} in {expected_what}")
+    check_special_ids(tokenizer, expected, what, expected_what)
     if _lowercases(tokenizer) != _lowercases(expected):
         cased = lambda t: "lower-cases" if _lowercases(t) else "keeps case"  # noqa: E731
         raise ModelSourceError(f"{what} {cased(tokenizer)} but {expected_what} {cased(expected)}")
+
+
+def check_special_ids(tokenizer, other, what: str, other_what: str) -> None:
+    """[PAD], [UNK], [CLS], [SEP] and [MASK] have the same ids in ``tokenizer`` and ``other``; ModelSourceError (a
+    ValueError) naming the first that does not."""
+    for name in ("pad", "unk", "cls", "sep", "mask"):
+        a, b = getattr(tokenizer, f"{name}_token_id"), getattr(other, f"{name}_token_id")
+        if a != b:
+            raise ModelSourceError(f"the [{name.upper()}] id is {a} in {what} but {b} in {other_what}")

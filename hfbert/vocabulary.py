@@ -52,7 +52,7 @@ from transformers.utils import logging as transformers_logging
 
 from .arguments import run_command
 from .hub import HubDownloadError
-from .model_source import locate, source_tokenizer
+from .model_source import check_special_ids, locate, source_tokenizer
 from .tokenization import (SPECIAL_TOKENS, HfBertTokenizer, bert_tokenizer_from_vocab, count_words, learn_wordpiece,
                            train_wordpiece)
 from .tokenizer_settings import command_parser
@@ -242,10 +242,7 @@ def check_extension(tokenizer: Any, base: Any, *, what: str, base_what: str) -> 
         if ours[i] != token:
             raise ValueError(f"{what} does not extend the vocabulary of {base_what}: id {i} is {ours[i]!r} in it but "
                              f"{token!r} in {base_what}")
-    for name in ("pad", "unk", "cls", "sep", "mask"):
-        a, b = getattr(tokenizer, f"{name}_token_id"), getattr(base, f"{name}_token_id")
-        if a != b:
-            raise ValueError(f"the [{name.upper()}] id is {a} in {what} but {b} in {base_what}")
+    check_special_ids(tokenizer, base, what, base_what)
     ours_lower, theirs_lower = _pipeline_settings(tokenizer)[0], _pipeline_settings(base)[0]
     if ours_lower != theirs_lower:
         cased = {True: "lower-cases", False: "keeps case"}

@@ -25,7 +25,6 @@ Modes are per thread: the read-ahead thread, which collates on the host, is not 
 
 from __future__ import annotations
 
-import gzip
 import sys
 import traceback
 
@@ -36,10 +35,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import hfbert.pretrain.loop
 from hfbert import HfBertConfig, HfBertForPreTraining
-from hfbert.data import PreparedCorpus, PreparedDataError, prepare_corpus
+from hfbert.data import PreparedCorpus, PreparedDataError
 from hfbert.pretrain import PretrainCallback, PretrainConfig, pretrain
-from hfbert.pretrain.data import BUILTIN_CORPUS, BatchPlan, corpus_collator, host_layout, training_batch
+from hfbert.pretrain.data import BatchPlan, corpus_collator, host_layout, training_batch
 from hfbert.pretrain.loop import StepDataError
+from test_pretrain_callbacks import folder  # noqa: F401  (fixture: nine chapters prepared at length 32)
 
 aten = torch.ops.aten
 SIZE_FROM_VALUES = {aten.nonzero.default, aten.masked_select.default}
@@ -112,17 +112,6 @@ def test_the_counter_sees_each_kind_of_read():
         x.sum().item(), int(x[0]), bool(x.max() > 0), x.tolist(), x[x > 2], x.nonzero(), x.cpu()
     assert [what for what, _ in reads.events] == ["item", "item", "item", "tolist", "aten.index.Tensor",
                                                   "aten.nonzero.default"]
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("syncs")
-    with gzip.open(BUILTIN_CORPUS, "rt", encoding="utf-8") as handle:
-        lines = [next(handle) for _ in range(300)]
-    corpus = root / "austen_head.txt"
-    corpus.write_text("".join(lines), encoding="utf-8")
-    return prepare_corpus([str(corpus)], root / "length-32", vocab_size=300, max_seq_length=32, masking="dynamic",
-                          input_layout="paragraphs", document_boundary="chapter", eval_fraction=0.2, seed=42)
 
 
 def job(folder, output_dir, **overrides) -> PretrainConfig:
