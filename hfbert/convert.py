@@ -48,6 +48,7 @@ from .configuration_hfbert import ORIGINAL_VALUES, HfBertConfig
 from .convert_settings import HEADS, ConvertArguments, command_parser
 from .google_checkpoint import (VOCAB_FILE, google_config_dict, google_model, is_google_folder, unmapped_parameters,
                                 vocab_is_cased, write_google_checkpoint)
+from .hub import read_config
 from .tokenization import bert_tokenizer_from_vocab, load_vocab
 
 __all__ = ["HEADS", "ConvertArguments", "TokenizerInfo", "check_tokenizer", "convert", "detect_flavour", "head_of",
@@ -108,16 +109,6 @@ def model_class(flavour: str, head: str) -> type:
     if flavour == "bert":
         return getattr(transformers, f"Bert{head}")
     return getattr(modeling_hfbert, f"HfBert{head}")
-
-
-def read_config(folder: str | Path) -> dict[str, Any]:
-    path = Path(folder) / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{folder} has no config.json: it is not a saved model folder")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from err
 
 
 # --- tokenizer checks ----------------------------------------------------------------------------------------------

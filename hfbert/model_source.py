@@ -21,7 +21,6 @@ names them; weights the head does not use are dropped and named too (:class:`Loa
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from transformers.utils import logging as transformers_logging
 
 from .configuration_hfbert import HfBertConfig
 from .convert import detect_flavour, head_of, model_class, read_config
-from .hub import download_snapshot, list_repo_files, read_config_any, resolve_timeout
+from .hub import download_snapshot, is_repo_id, list_repo_files, read_config_any, resolve_timeout
 from .google_checkpoint import VOCAB_FILE, is_google_folder, read_google_checkpoint, read_google_config, vocab_is_cased
 from .tf_checkpoint import CheckpointError
 from .tokenization import bert_tokenizer_from_vocab, load_vocab
@@ -83,10 +82,6 @@ def _format_of(folder: Path, name: str) -> str:
                            "(bert_config.json, vocab.txt, bert_model.ckpt.index and .data-*)")
 
 
-def _looks_like_repo_id(name: str) -> bool:
-    return re.fullmatch(r"[\w.-]+/[\w.-]+", name) is not None and not name.startswith((".", "/"))
-
-
 def locate(name: str | Path, *, revision: str | None = None, token: str | None = None,
            timeout: float | None = None, endpoint: str | None = None) -> PretrainedSource:
     """Find ``name`` -- a local folder, else a Hub model repository (downloaded at ``revision``) -- and tell its
@@ -99,7 +94,7 @@ def locate(name: str | Path, *, revision: str | None = None, token: str | None =
         return PretrainedSource(str(name), path, _format_of(path, str(name)))
     if path.exists():
         raise ModelSourceError(f"{name} is a file; a pretrained model is a folder or a Hub repository id")
-    if not _looks_like_repo_id(str(name)):
+    if not is_repo_id(str(name)):
         raise ModelSourceError(f"{name}: no such folder, and not a Hub repository id (owner/name)")
     seconds = resolve_timeout(timeout)
     try:

@@ -18,6 +18,8 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from .usage import settings_marked
+
 __all__ = [
     "TEMPLATE_DIR",
     "metrics_table",
@@ -30,15 +32,6 @@ __all__ = [
 
 #: The card templates, package data (they travel in the wheel).
 TEMPLATE_DIR = Path(__file__).resolve().parent / "model_cards"
-
-# Hyper-parameters shown in the pretrained card, in this order.
-CARD_SETTINGS = (
-    "optimizer", "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm",
-    "warmup_ratio", "warmup_steps", "batch_size", "gradient_accumulation_steps", "max_steps", "budget_minutes",
-    "max_time_minutes", "next_sentence_prediction", "masking", "masked_lm_prob", "max_predictions_per_seq", "short_seq_prob", "whole_word_mask", "mixed_precision",
-    "seed",
-)
-
 
 def template_path(template: str | Path) -> Path:
     """A card template: the name of a packaged one (``"finetuned.md"``, ``"pretrained.md"``) or a path to your own."""
@@ -137,7 +130,7 @@ def render_pretrained_card(*, config, model_config, stats: dict, metrics: dict, 
         num_parameters=_count_parameters(model_config),
         stats=stats,
         max_predictions_per_seq=config.max_predictions_per_seq,
-        hyperparameters={key: settings[key] for key in CARD_SETTINGS if settings[key] is not None},
+        hyperparameters={key: settings[key] for key in settings_marked(config, "card") if settings[key] is not None},
         phases=phases,
         metrics=metrics,
         curve=curve.name if curve else None,

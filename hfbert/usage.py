@@ -1,7 +1,8 @@
 """The checks every ``hfbert`` setting goes through, and the error a user can fix.
 
 :class:`UsageError` is bad input a user can fix; :func:`check_types` checks a settings dataclass's values against
-its annotations.  :mod:`hfbert.arguments` builds the command line on top; this module needs no transformers, so the
+its annotations; :func:`setting` declares a settings field with its help text and what else the code needs to know
+of it.  :mod:`hfbert.arguments` builds the command line on top; this module needs no transformers, so the
 processes that build a prepared corpus import it alone.
 """
 
@@ -16,7 +17,22 @@ from typing import Any
 
 import yaml
 
-__all__ = ["UsageError", "check_types", "fits_type", "load_settings_file"]
+__all__ = ["UsageError", "check_types", "fits_type", "load_settings_file", "setting", "settings_marked"]
+
+
+def setting(default: Any = None, help: str = "", *, factory: Any = None, **marks: Any) -> Any:
+    """A settings dataclass field: ``help`` is its ``--help`` line, ``factory`` makes a mutable default, and each
+    keyword of ``marks`` says something the code derives from the field (``neutral=True``: changing it leaves the
+    trajectory unchanged; ``card=True``: the model card shows it; ...), so a new setting is declared in one place."""
+    metadata = {"help": help, **marks}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def settings_marked(settings: Any, mark: str) -> tuple[str, ...]:
+    """The names of the fields of a settings dataclass (class or instance) that carry ``mark=True``, in order."""
+    return tuple(f.name for f in dataclasses.fields(settings) if f.metadata.get(mark))
 
 
 class UsageError(ValueError):

@@ -17,7 +17,7 @@ import pytest
 import hfbert.metrics
 from hfbert import cli
 from hfbert.arguments import CommandParser, UsageError, run_command
-from hfbert.modelcard import CARD_SETTINGS, TEMPLATE_DIR, render_model_card, template_path
+from hfbert.modelcard import TEMPLATE_DIR, render_model_card, template_path
 from hfbert.pretrain.config import PretrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -246,8 +246,30 @@ def test_card_templates_ship_in_the_package():
     assert template_path("finetuned.md") == TEMPLATE_DIR / "finetuned.md"
     with pytest.raises(FileNotFoundError, match="packaged templates: finetuned.md, pretrained.md"):
         template_path("missing.md")
-    # Every hyper-parameter the pretrained card lists is a setting of hfbert pretrain.
-    assert set(CARD_SETTINGS) <= {f.name for f in dataclasses.fields(PretrainConfig)}
+
+
+# What a setting's field may say of it (hfbert.usage.setting); the lists the code uses are read from these marks.
+SETTING_MARKS = {"help", "aliases", "recorded", "neutral", "resumable", "recoverable", "card"}
+
+
+def test_each_setting_is_declared_once_with_what_the_code_needs_to_know_of_it():
+    from hfbert.data.settings import ExampleSettings
+    from hfbert.pretrain.config import CARD_SETTINGS, RECOVERY_CHANGES, RESUMABLE_CHANGES, TRAJECTORY_NEUTRAL
+    from hfbert.tasks.runs import ModelArguments
+
+    for settings in (PretrainConfig, ExampleSettings, ModelArguments):
+        for f in dataclasses.fields(settings):
+            assert f.metadata.get("help"), f"{settings.__name__}.{f.name} has no --help text"
+            assert set(f.metadata) <= SETTING_MARKS, f"{settings.__name__}.{f.name}: {set(f.metadata)}"
+    names = {f.name for f in dataclasses.fields(PretrainConfig)}
+    assert {"learning_rate", "seed", "masked_lm_prob"} <= set(CARD_SETTINGS) <= names
+    assert {"output_dir", "logging_steps"} <= TRAJECTORY_NEUTRAL < RESUMABLE_CHANGES <= names
+    # A recovery changes the trajectory, so none of its settings is neutral; the model and the data never change.
+    assert "learning_rate" in RECOVERY_CHANGES and not RECOVERY_CHANGES & TRAJECTORY_NEUTRAL
+    assert not RECOVERY_CHANGES & {"preset", "model", "max_seq_length", "seed", "input", "prepared"}
+    # The field helper is defined once, and no module spells a list of setting names of its own.
+    helpers = [p for p in PACKAGE.rglob("*.py") if re.search(r"^def _?setting\(", p.read_text(), re.M)]
+    assert [p.relative_to(PACKAGE).as_posix() for p in helpers] == ["usage.py"]
 
 
 EXAMPLE_CARD = REPO / "model_cards" / "example_finetuned.md"

@@ -29,7 +29,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import re
 import shutil
 import sys
 import tempfile
@@ -50,7 +49,7 @@ from .documents import CorpusError, read_document_range
 from .engines import run_tasks
 from .manifest import MANIFEST, Manifest, PreparedDataError, ShardRecord, SplitRecord, TokenizerRecord, dataset_card
 from ..google_checkpoint import is_google_folder
-from ..hub import push_to_hub, resolve_timeout
+from ..hub import is_repo_id, push_to_hub, resolve_timeout
 from ..model_source import ModelSourceError, locate, source_tokenizer
 from ..tokenization import train_wordpiece
 from .pipeline import TokenizerFacts, make_builder, output_features
@@ -81,7 +80,6 @@ __all__ = ["MANIFEST", "PreparedCorpus", "PreparedDataError", "auto_num_shards",
 # Input bytes per shard and duplication pass when num_shards is not given.  A worker holds one shard's rows
 # (they are shuffled before writing), so this bounds a worker's memory whatever the corpus size.
 SHARD_INPUT_BYTES = 32 << 20
-_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
 def _check_shards(manifest: Manifest, size_of, shown: str) -> None:
@@ -377,7 +375,7 @@ class PreparedCorpus:
         name = str(location)
         name = name[len("file://"):] if name.startswith("file://") else name
         path = Path(name)
-        if path.is_dir() or ("://" not in name and not _REPO_ID.match(name)):
+        if path.is_dir() or ("://" not in name and not is_repo_id(name)):
             if not path.is_dir():
                 raise FileNotFoundError(f"prepared folder not found: {location}")
             return cls._open_local(path)

@@ -52,6 +52,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..hub import is_repo_id
 from .manifest import Manifest, PreparedDataError, ShardRecord
 
 __all__ = ["CACHE_ENV", "DEFAULT_CACHE_LIMIT", "RangeCache", "RemoteLocation", "ShardReadError", "default_cache_dir",
@@ -61,7 +62,6 @@ __all__ = ["CACHE_ENV", "DEFAULT_CACHE_LIMIT", "RangeCache", "RemoteLocation", "
 DEFAULT_CACHE_LIMIT = "20GB"
 #: The environment variable that moves the cache folder.
 CACHE_ENV = "HFBERT_CACHE"
-_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 _HF_URL = re.compile(r"^hf://datasets/(?P<repo>[\w.-]+/[\w.-]+?)(?:@(?P<rev>[^/]+))?/?$")
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -264,7 +264,7 @@ def resolve_location(location: str, *, revision: str | None = None, token: str |
     revision is resolved to its commit now) or of any other fsspec URL.  ``FileNotFoundError`` for a repo or
     revision that does not exist, ``ShardReadError`` when the Hub does not answer within ``timeout``."""
     match = _HF_URL.match(location)
-    if match or _REPO_ID.match(location):
+    if match or is_repo_id(location):
         repo_id = match["repo"] if match else location
         if match and match["rev"] is not None:
             from urllib.parse import unquote

@@ -15,10 +15,10 @@ Who builds (``num_proc``, ``engine``, ``scheduler``) is not here: it never chang
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..usage import UsageError, check_types
+from ..usage import UsageError, check_types, setting
 from .segmenters import JiebaSegmenter, PreSegmented
 from .sources import LAYOUTS, boundary_pattern
 
@@ -32,64 +32,58 @@ DEFAULT_POOL_SIZE = 32
 SEGMENTERS = {"presegmented": PreSegmented, "jieba": JiebaSegmenter}
 
 
-def _setting(default: Any, help: str, *, recorded: bool = True) -> Any:
-    """A field whose ``help`` is its ``--help`` line; ``recorded=False``: not one of the prepared folder's settings
-    (the manifest records the input's layout under ``input`` and the vocabulary as the tokenizer itself)."""
-    return field(default=default, metadata={"help": help, "recorded": recorded})
-
-
 @dataclass
 class ExampleSettings:
     """Every setting of building BERT pretraining examples (see the module docstring)."""
 
     # -- the input
-    input_layout: Literal["sentences", "paragraphs", "people-daily"] | None = _setting(
+    input_layout: Literal["sentences", "paragraphs", "people-daily"] | None = setting(
         None, "sentences: one sentence per line, a blank line between documents (the original format); paragraphs: "
               "one paragraph per line; people-daily: segmented, POS-tagged Chinese (default: sentences; for the "
               "built-in corpus paragraphs)", recorded=False)
-    document_boundary: str | None = _setting(
+    document_boundary: str | None = setting(
         None, "regex for heading lines that start a document; 'chapter' = CHAPTER I / Chapter 9", recorded=False)
-    text_column: str | None = _setting(
+    text_column: str | None = setting(
         None, "column of a dataset: 'sentences' (list of str per document) or 'text' (one document per row); "
               "default: whichever it has", recorded=False)
     # -- the vocabulary, when no tokenizer is given
-    vocab_size: int = _setting(8000, "WordPiece vocabulary size when training one", recorded=False)
-    lowercase: bool = _setting(True, "lower-case and strip accents when training a vocabulary", recorded=False)
-    do_lower_case: bool | None = _setting(
+    vocab_size: int = setting(8000, "WordPiece vocabulary size when training one", recorded=False)
+    lowercase: bool = setting(True, "lower-case and strip accents when training a vocabulary", recorded=False)
+    do_lower_case: bool | None = setting(
         None, "casing of a pretrained model's vocabulary (--tokenizer or --init_from a model): true lower-cases and "
               "strips accents; default: the model's own tokenizer, or for a bare vocab.txt cased exactly when it "
               "holds upper-case tokens", recorded=False)
     # -- NSP pairs
-    max_seq_length: int = _setting(128, "tokens per example, [CLS] and [SEP] included")
-    short_seq_prob: float = _setting(0.1, "probability of a shorter target length")
-    dupe_factor: int | None = _setting(
+    max_seq_length: int = setting(128, "tokens per example, [CLS] and [SEP] included")
+    short_seq_prob: float = setting(0.1, "probability of a shorter target length", card=True)
+    dupe_factor: int | None = setting(
         None, "passes over the corpus with different masks (default: 10 static, 1 dynamic)")
-    pool_size: int = _setting(DEFAULT_POOL_SIZE, "documents per random-next pool")
-    distinct_random_document: bool = _setting(
+    pool_size: int = setting(DEFAULT_POOL_SIZE, "documents per random-next pool")
+    distinct_random_document: bool = setting(
         True, "a random-next segment never comes from the same document (the original could pick it again)")
-    random_next_prob: float = _setting(
+    random_next_prob: float = setting(
         0.5, "probability that segment B is drawn from another document (NSP label 1; the original: 0.5); a chunk "
              "of one sentence always takes a random B")
     # -- masks
-    masking: Literal["static", "dynamic"] = _setting(
+    masking: Literal["static", "dynamic"] = setting(
         "static", "static: masks drawn when the examples are built, dupe_factor copies (the original); dynamic: "
                   "the collator draws new masks for every batch")
-    masked_lm_prob: float = _setting(0.15, "share of tokens selected for masked LM")
-    max_predictions_per_seq: int = _setting(20, "at most this many masked positions per example")
-    selection: Literal["fixed", "bernoulli"] = _setting(
+    masked_lm_prob: float = setting(0.15, "share of tokens selected for masked LM", card=True)
+    max_predictions_per_seq: int = setting(20, "at most this many masked positions per example", card=True)
+    selection: Literal["fixed", "bernoulli"] = setting(
         "fixed", "fixed: exactly round(length x masked_lm_prob) positions (the original); bernoulli: independent")
-    whole_word_mask: bool = _setting(False, "mask whole words (every WordPiece of a chosen word)")
-    wwm_per_word_decision: bool = _setting(
+    whole_word_mask: bool = setting(False, "mask whole words (every WordPiece of a chosen word)", card=True)
+    wwm_per_word_decision: bool = setting(
         True, "whole-word masking: one [MASK]/random/keep decision per word (false: per token, as the original)")
-    random_token_ids: Literal["non_special", "any"] = _setting(
+    random_token_ids: Literal["non_special", "any"] = setting(
         "non_special", "random replacements: never special tokens (non_special) or the whole vocabulary (any)")
-    segmenter: Literal["presegmented", "jieba"] | None = _setting(
+    segmenter: Literal["presegmented", "jieba"] | None = setting(
         None, "Chinese word boundaries for whole-word masking (people-daily implies presegmented)")
     # -- a prepared corpus: shards and the held-out split
-    num_shards: int | None = _setting(
+    num_shards: int | None = setting(
         None, "shards per split (default: one per 32 MiB of input per duplication pass)")
-    eval_fraction: float = _setting(0.05, "share of documents held out for validation (whole documents)")
-    seed: int = _setting(12345, "seed of every random draw of the examples (the original's default)")
+    eval_fraction: float = setting(0.05, "share of documents held out for validation (whole documents)")
+    seed: int = setting(12345, "seed of every random draw of the examples (the original's default)")
 
     def __post_init__(self) -> None:
         check_types(self)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..arguments import CommandParser, UsageError, fits_type, load_settings_file
+from ..usage import setting, settings_marked
 from ..data.remote import DEFAULT_CACHE_LIMIT, parse_size
 from ..data.settings import ExampleSettings
 from ..optim_names import OPTIMIZERS
@@ -24,23 +25,9 @@ from ..optim_names import OPTIMIZERS
 if TYPE_CHECKING:
     from ..configuration_hfbert import HfBertConfig
 
-__all__ = ["ConfigError", "PretrainConfig", "Phase", "command_parser", "load_config", "native_mixed_precision",
-           "parse_args", "resolve_phases"]
-
-# Settings that may differ between a run and its resumption (they do not change the trajectory of training).
-# Settings that do not change what a run computes: two runs differing in one of them end with bitwise-equal weights
-# (tested one by one). When, where and how often the run evaluates, saves, logs and reports; where it writes and
-# pushes; how remote data is fetched; when it stops (a time limit ends the same trajectory earlier).
-TRAJECTORY_NEUTRAL = frozenset({
-    "resume", "max_time_minutes", "keep_last", "save_steps", "eval_steps", "logging_steps", "push_to_hub",
-    "hub_revision", "fill_mask_text", "progress_bar", "report_to", "output_dir", "overwrite_output_dir",
-    "max_eval_examples", "eval_batch_size", "resume_from", "resume_with_changes", "loss_spike_factor",
-    "loss_spike_window", "hub_timeout", "cache_limit", "prepared_download", "evaluate_suite", "evaluate_data_dir",
-    "evaluate_seeds", "evaluate_suite_steps",
-})
-# Settings a resumed run may change without --resume_with_changes: the neutral ones, and torch_compile, whose
-# compiled kernels compute the same steps with other float rounding.
-RESUMABLE_CHANGES = TRAJECTORY_NEUTRAL | {"torch_compile"}
+__all__ = ["CARD_SETTINGS", "RECOVERY_CHANGES", "RESUMABLE_CHANGES", "TRAJECTORY_NEUTRAL", "ConfigError",
+           "PretrainConfig", "Phase", "command_parser", "load_config", "native_mixed_precision", "parse_args",
+           "resolve_phases"]
 
 # A fresh model's overrides by default: no dropout (short runs on small corpora learn faster without it).
 FRESH_MODEL_DEFAULTS = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
@@ -70,151 +57,150 @@ class ConfigError(UsageError):
     """A setting that cannot work; raised before any work is done."""
 
 
-def _setting(default: Any = None, help: str = "", *, factory: Any = None) -> Any:
-    """A dataclass field whose ``help`` becomes its ``--help`` line."""
-    if factory is not None:
-        return field(default_factory=factory, metadata={"help": help})
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass
 class PretrainConfig(ExampleSettings):
     """Everything ``hfbert pretrain`` needs: the example settings (:class:`~hfbert.data.ExampleSettings`; masking is
     dynamic here, and ``seed`` also seeds the weights and the batches), then the job's own."""
 
     # -- the example settings whose defaults or meaning differ here
-    masking: Literal["static", "dynamic"] = _setting(
+    masking: Literal["static", "dynamic"] = setting(
         "dynamic", "training masks: 'dynamic' (new masks every batch) or 'static' (dupe_factor copies with fixed "
-                   "masks)")
-    max_seq_length: int | None = _setting(
+                   "masks)", card=True)
+    max_seq_length: int | None = setting(
         None, "sequence length of a one-length run (no phases); default: the short-first schedule, 60% of the "
               "steps at 32 (batch 64), then 40% at 128 (batch 16)")
-    seed: int = _setting(42, "seed of the initial weights, the batch order, the masks and dropout")
+    seed: int = setting(42, "seed of the initial weights, the batch order, the masks and dropout", card=True)
     # -- data
-    prepared: list[str] | None = _setting(
+    prepared: list[str] | None = setting(
         None, "prepared folders or Hub dataset repos (hfbert prepare), one per sequence length of the schedule; "
               "without it the job prepares its input into output_dir/prepared first")
-    cache_limit: str = _setting(
+    cache_limit: str = setting(
         DEFAULT_CACHE_LIMIT, "disk for the bytes of remote --prepared corpora (a Hub repo or an fsspec URL) fetched "
                              "on this machine, shared by its processes, e.g. 20GB or 500MB; least recently used first "
-                             "out")
-    prepared_download: bool = _setting(
+                             "out", neutral=True)
+    prepared_download: bool = setting(
         False, "copy remote --prepared corpora whole to this machine first (every shard's sha256 checked) "
-               "instead of reading only the row groups each process needs")
-    input: list[str] | None = _setting(
+               "instead of reading only the row groups each process needs", neutral=True)
+    input: list[str] | None = setting(
         None, "text files, globs or fsspec URLs (UTF-8, .gz too); default: the built-in public-domain Austen corpus")
-    dataset: str | None = _setting(
+    dataset: str | None = setting(
         None, "a `datasets` dataset of raw text instead of files: a save_to_disk folder or a load_dataset path")
-    dataset_split: str = _setting("train", "split of --dataset")
-    max_eval_examples: int = _setting(
-        1000, "cap on held-out examples (statically masked once, the same at every evaluation)")
-    shuffle_window: int = _setting(
+    dataset_split: str = setting("train", "split of --dataset")
+    max_eval_examples: int = setting(
+        1000, "cap on held-out examples (statically masked once, the same at every evaluation)", neutral=True)
+    shuffle_window: int = setting(
         32, "row groups whose rows the training order mixes together (each is decoded once per window)")
-    num_proc: int = _setting(1, "processes for building examples")
+    num_proc: int = setting(1, "processes for building examples")
     # -- tokenizer
-    tokenizer: str | None = _setting(
+    tokenizer: str | None = setting(
         None, "a saved tokenizer folder to reuse instead of training one; with --init_from, a vocabulary that extends "
               "the checkpoint's (hfbert train-tokenizer --extend): the embeddings grow by its new entries")
     # -- model
-    init_from: str | None = _setting(
+    init_from: str | None = setting(
         None, "start from this pretrained BERT instead of a fresh one: a Hub model id, an hfbert or transformers BERT "
               "folder (any head), or a Google BERT folder (bert_config.json, vocab.txt, bert_model.ckpt.*); its "
               "size, vocabulary and casing are kept, heads it lacks start fresh, the optimizer and schedule start "
               "anew")
-    init_revision: str | None = _setting(None, "branch, tag or commit of an --init_from Hub repository")
-    new_embeddings: Literal["fvt", "mean"] | None = _setting(
+    init_revision: str | None = setting(None, "branch, tag or commit of an --init_from Hub repository")
+    new_embeddings: Literal["fvt", "mean"] | None = setting(
         None, "with --init_from and a --tokenizer that extends its vocabulary, how the new entries' embeddings and MLM "
               "biases start: fvt (default: the mean of those of the pieces the checkpoint's vocabulary splits the "
               "entry into) or mean (transformers' mean_resizing: the mean of all)")
-    preset: str | None = _setting(
+    preset: str | None = setting(
         None, "model size of a fresh model: tiny, mini, small, medium, base, large (default tiny; none with "
               "--init_from, whose size is the checkpoint's)")
-    model: dict[str, Any] | None = _setting(
+    model: dict[str, Any] | None = setting(
         None, 'HfBertConfig overrides as JSON, e.g. \'{"hidden_size": 128}\' (default: dropout off for a fresh '
               'model, the checkpoint\'s own settings with --init_from, where only non-shape settings such as '
               'dropout may change; a value given here replaces the whole default)')
-    next_sentence_prediction: bool | None = _setting(
+    next_sentence_prediction: bool | None = setting(
         None, "train the NSP head beside MLM (the original); false: MLM only. Default: on, unless the corpus gives "
               "NSP nothing to learn: when at least 90% of its training pairs take a random segment B (documents of "
-              "one sentence: reviews, tweets, queries), where a trivially learned NSP head hurts fine-tuning")
+              "one sentence: reviews, tweets, queries), where a trivially learned NSP head hurts fine-tuning",
+        card=True)
     # -- optimisation
-    optimizer: str = _setting(
-        "adamw", "adamw, adam_google (Google's Adam without bias correction) or lamb")
-    learning_rate: float | None = _setting(
+    optimizer: str = setting(
+        "adamw", "adamw, adam_google (Google's Adam without bias correction) or lamb", card=True)
+    learning_rate: float | None = setting(
         None, "peak learning rate (default 2e-3 for a fresh model, 1e-4 with --init_from: continued pretraining "
-              "wants a smaller one, as Google's README advises)")
-    weight_decay: float = _setting(0.01, "decoupled weight decay; not applied to LayerNorm parameters and biases")
-    adam_beta1: float = _setting(0.9, "first-moment decay")
-    adam_beta2: float = _setting(0.98, "second-moment decay")
-    adam_epsilon: float = _setting(1e-6, "added to the denominator of the update")
-    max_grad_norm: float = _setting(1.0, "global-norm gradient clipping; 0 turns it off")
-    warmup_ratio: float = _setting(0.03, "linear warmup over this share of max_steps, then linear decay to 0")
-    warmup_steps: int | None = _setting(None, "warmup steps; overrides warmup_ratio")
-    batch_size: int = _setting(32, "examples per process per micro-batch")
-    gradient_accumulation_steps: int = _setting(1, "micro-batches per optimizer step")
-    max_steps: int = _setting(3000, "optimizer steps of the whole schedule (all phases)")
-    max_time_minutes: float | None = _setting(
+              "wants a smaller one, as Google's README advises)", recoverable=True, card=True)
+    weight_decay: float = setting(0.01, "decoupled weight decay; not applied to LayerNorm parameters and biases",
+                                  recoverable=True, card=True)
+    adam_beta1: float = setting(0.9, "first-moment decay", recoverable=True, card=True)
+    adam_beta2: float = setting(0.98, "second-moment decay", recoverable=True, card=True)
+    adam_epsilon: float = setting(1e-6, "added to the denominator of the update", recoverable=True, card=True)
+    max_grad_norm: float = setting(1.0, "global-norm gradient clipping; 0 turns it off", recoverable=True, card=True)
+    warmup_ratio: float = setting(0.03, "linear warmup over this share of max_steps, then linear decay to 0",
+                                  recoverable=True, card=True)
+    warmup_steps: int | None = setting(None, "warmup steps; overrides warmup_ratio", recoverable=True, card=True)
+    batch_size: int = setting(32, "examples per process per micro-batch", card=True)
+    gradient_accumulation_steps: int = setting(1, "micro-batches per optimizer step", card=True)
+    max_steps: int = setting(3000, "optimizer steps of the whole schedule (all phases)", card=True)
+    max_time_minutes: float | None = setting(
         20.0, "stop the training loop of this invocation after this long (null: never); a safety net that ends a "
-              "step-counted run wherever the clock stops it")
-    budget_minutes: float | None = _setting(
+              "step-counted run wherever the clock stops it", neutral=True, card=True)
+    budget_minutes: float | None = setting(
         None, "train for this long instead of max_steps: the schedule's progress is the training time spent over "
               "the budget (warm-up, decay and the phases follow the clock), and the run ends at the budget, "
-              "annealed, then evaluates and exports; --resume continues its clock; not bitwise repeatable")
-    phases: list[dict[str, Any]] | None = _setting(
+              "annealed, then evaluates and exports; --resume continues its clock; not bitwise repeatable", card=True)
+    phases: list[dict[str, Any]] | None = setting(
         None, 'the length schedule as JSON, e.g. \'[{"max_seq_length": 128, "fraction": 0.9}, '
               '{"max_seq_length": 512, "fraction": 0.1, "batch_size": 8}]\'')
-    mixed_precision: str = _setting(
+    mixed_precision: str = setting(
         "auto", "auto (bf16 where the hardware computes it natively: a CUDA GPU with bf16, a CPU with AVX-512 BF16 "
-                "or AMX; fp32 elsewhere; decided at start and printed), no (fp32), bf16, fp16 (fp16 needs a GPU)")
-    torch_compile: bool = _setting(
+                "or AMX; fp32 elsewhere; decided at start and printed), no (fp32), bf16, fp16 (fp16 needs a GPU)",
+        recoverable=True, card=True)
+    torch_compile: bool = setting(
         False, "compile the model with torch.compile (inductor, dynamic shapes: one graph for every batch width); "
-               "the first step takes minutes to compile")
+               "the first step takes minutes to compile", resumable=True)
     # -- logging, evaluation, checkpoints
-    logging_steps: int = _setting(10, "optimizer steps between log lines")
-    eval_steps: int = _setting(250, "optimizer steps between held-out evaluations")
-    eval_batch_size: int = _setting(64, "examples per process per evaluation batch")
-    save_steps: int = _setting(250, "optimizer steps between checkpoints")
-    keep_last: int = _setting(2, "checkpoints kept")
-    report_to: list[str] = _setting(
+    logging_steps: int = setting(10, "optimizer steps between log lines", neutral=True)
+    eval_steps: int = setting(250, "optimizer steps between held-out evaluations", neutral=True)
+    eval_batch_size: int = setting(64, "examples per process per evaluation batch", neutral=True)
+    save_steps: int = setting(250, "optimizer steps between checkpoints", neutral=True)
+    keep_last: int = setting(2, "checkpoints kept", neutral=True)
+    report_to: list[str] = setting(
         help="trackers: jsonl (always on), tensorboard (when installed), and any of Accelerate's wandb, mlflow, "
              "trackio, comet_ml, aim, clearml, dvclive and swanlab (each needs its package, configured as usual: "
              "WANDB_MODE, MLFLOW_TRACKING_URI, ...); every one gets the same scalars and the run's settings",
-        factory=lambda: ["jsonl", "tensorboard"])
-    progress_bar: bool = _setting(True, "show a progress bar")
-    output_dir: str = _setting("out/hfbert-tiny-austen", "folder of the run: checkpoints, logs, the exported model")
-    resume: bool = _setting(False, "continue from the latest checkpoint in output_dir")
-    overwrite_output_dir: bool = _setting(False, "start over in an output_dir that holds a previous run")
-    resume_from: str | None = _setting(
+        factory=lambda: ["jsonl", "tensorboard"], neutral=True)
+    progress_bar: bool = setting(True, "show a progress bar", neutral=True)
+    output_dir: str = setting("out/hfbert-tiny-austen", "folder of the run: checkpoints, logs, the exported model",
+                              neutral=True)
+    resume: bool = setting(False, "continue from the latest checkpoint in output_dir", neutral=True)
+    overwrite_output_dir: bool = setting(False, "start over in an output_dir that holds a previous run", neutral=True)
+    resume_from: str | None = setting(
         None, "resume from this checkpoint of output_dir (e.g. checkpoint-00000400) instead of the latest; the later "
-              "ones are deleted (implies --resume)")
-    resume_with_changes: list[str] | None = _setting(
-        None, "settings allowed to differ from the run on resume, to recover from a divergence: learning_rate, "
-              "warmup_ratio, warmup_steps, mixed_precision, max_grad_norm, weight_decay, adam_beta1, adam_beta2, "
-              "adam_epsilon; each change is recorded in the run's history")
-    loss_spike_factor: float | None = _setting(
+              "ones are deleted (implies --resume)", neutral=True)
+    resume_with_changes: list[str] | None = setting(
+        None, "settings allowed to differ from the run on resume, to recover from a divergence: the optimizer's "
+              "(learning rate and warm-up, mixed precision, gradient clipping, weight decay, Adam's betas and "
+              "epsilon; a setting outside them is refused with the list); each change is recorded in the run's "
+              "history", neutral=True)
+    loss_spike_factor: float | None = setting(
         4.0, "stop as diverged when a step's loss exceeds this multiple of the median of the last loss_spike_window "
-             "steps (null: stop on NaN/inf only)")
-    loss_spike_window: int = _setting(100, "steps whose median loss_spike_factor compares with")
+             "steps (null: stop on NaN/inf only)", neutral=True)
+    loss_spike_window: int = setting(100, "steps whose median loss_spike_factor compares with", neutral=True)
     # -- export
-    push_to_hub: str | None = _setting(None, "repository id to upload the finished folder to")
-    hub_revision: str | None = _setting(None, "branch to push to (created when missing)")
-    hub_timeout: float | None = _setting(
-        None, "seconds to wait for the Hub to connect or answer (default: $HFBERT_HUB_TIMEOUT, else 60)")
-    fill_mask_text: list[str] = _setting(help="sentences with [MASK] to try the trained model on (one or more)",
-                                         factory=lambda: list(DEFAULT_FILL_MASK_TEXT))
+    push_to_hub: str | None = setting(None, "repository id to upload the finished folder to", neutral=True)
+    hub_revision: str | None = setting(None, "branch to push to (created when missing)", neutral=True)
+    hub_timeout: float | None = setting(
+        None, "seconds to wait for the Hub to connect or answer (default: $HFBERT_HUB_TIMEOUT, else 60)", neutral=True)
+    fill_mask_text: list[str] = setting(help="sentences with [MASK] to try the trained model on (one or more)",
+                                         factory=lambda: list(DEFAULT_FILL_MASK_TEXT), neutral=True)
     # -- downstream evaluation of the exported model (hfbert evaluate), before the push
-    evaluate_suite: str | None = _setting(
+    evaluate_suite: str | None = setting(
         None, "after the export, fine-tune the model on every task of this suite (glue, local or a suite file; see "
-              "hfbert evaluate) and add the scores to its card; checked before training starts")
-    evaluate_data_dir: str | None = _setting(
+              "hfbert evaluate) and add the scores to its card; checked before training starts", neutral=True)
+    evaluate_data_dir: str | None = setting(
         None, "the evaluation's --data_dir: the folder of the suite's local files and of local copies of its Hub "
-              "datasets")
-    evaluate_seeds: list[int] = _setting(help="fine-tuning seeds of the evaluation: every task runs once per seed",
-                                         factory=lambda: [1, 2, 3])
-    evaluate_suite_steps: int | None = _setting(
+              "datasets", neutral=True)
+    evaluate_seeds: list[int] = setting(help="fine-tuning seeds of the evaluation: every task runs once per seed",
+                                         factory=lambda: [1, 2, 3], neutral=True)
+    evaluate_suite_steps: int | None = setting(
         None, "also fine-tune the suite on the model every this many optimizer steps during training and at its end "
               "(the clock of a budget run stops meanwhile): the scores go to the metrics log, the trackers, the "
-              "downstream curve and the card; a suite's quick form (local-quick) keeps it cheap")
+              "downstream curve and the card; a suite's quick form (local-quick) keeps it cheap", neutral=True)
 
     def __post_init__(self) -> None:
         if isinstance(self.fill_mask_text, str):  # one sentence, as a file or a caller may give it
@@ -254,6 +240,21 @@ class PretrainConfig(ExampleSettings):
         if unknown:
             raise ConfigError(f"unknown setting(s) {unknown}; run `hfbert pretrain --help` for the list")
         return cls(**values)
+
+
+# What the code needs to know of each setting is marked on its field (``setting(..., mark=True)``), and read here:
+#: Settings that do not change what a run computes: two runs differing in one of them end with bitwise-equal weights
+#: (tested one by one). When, where and how often the run evaluates, saves, logs and reports; where it writes and
+#: pushes; how remote data is fetched; when it stops (a time limit ends the same trajectory earlier).
+TRAJECTORY_NEUTRAL = frozenset(settings_marked(PretrainConfig, "neutral"))
+#: Settings a resumed run may change without --resume_with_changes: the neutral ones, and those marked
+#: ``resumable`` (torch_compile, whose compiled kernels compute the same steps with other float rounding).
+RESUMABLE_CHANGES = TRAJECTORY_NEUTRAL | frozenset(settings_marked(PretrainConfig, "resumable"))
+#: Settings --resume_with_changes may list: they change how the weights move from the checkpoint on, never what the
+#: checkpoint means (the model, the data and the batch plan stay the run's).
+RECOVERY_CHANGES = frozenset(settings_marked(PretrainConfig, "recoverable"))
+#: Hyper-parameters the pretrained model's card shows, in the fields' order.
+CARD_SETTINGS = settings_marked(PretrainConfig, "card")
 
 
 @dataclass(frozen=True)

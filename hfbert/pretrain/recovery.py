@@ -51,7 +51,7 @@ from .checkpointing import (
     read_state,
     remove_incomplete,
 )
-from .config import RESUMABLE_CHANGES, ConfigError, PretrainConfig
+from .config import RECOVERY_CHANGES, RESUMABLE_CHANGES, ConfigError, PretrainConfig
 from .tracking import read_jsonl
 
 __all__ = [
@@ -67,12 +67,6 @@ __all__ = [
     "resume_run",
 ]
 
-# Settings that may differ on resume when listed in --resume_with_changes: they change how the weights move from
-# the checkpoint on, never what the checkpoint means (the model, the data and the batch plan stay the run's).
-RECOVERY_CHANGES = frozenset({
-    "learning_rate", "warmup_ratio", "warmup_steps", "mixed_precision", "max_grad_norm", "weight_decay",
-    "adam_beta1", "adam_beta2", "adam_epsilon",
-})
 # The optimizer's per-group entries that each setting is stored in (taken from the optimizer built for the new
 # settings); learning_rate and the warmup also live in the schedule.
 _GROUP_KEYS = {"learning_rate": ("initial_lr",), "weight_decay": ("weight_decay",), "adam_beta1": ("betas",),

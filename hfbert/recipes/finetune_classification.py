@@ -22,7 +22,8 @@ from ..tasks import (
     encode_labels,
     metrics_for_trainer,
 )
-from ..tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, setting, write_jsonl
+from ..tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, write_jsonl
+from ..usage import setting
 
 
 @dataclass

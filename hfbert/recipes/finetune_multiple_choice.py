@@ -16,7 +16,8 @@ import numpy as np
 from transformers import DataCollatorForMultipleChoice, TrainingArguments, set_seed
 
 from ..tasks import CardKeepingTrainer, check_columns
-from ..tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, setting, write_jsonl
+from ..tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, write_jsonl
+from ..usage import setting
 
 
 @dataclass

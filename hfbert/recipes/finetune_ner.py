@@ -23,7 +23,8 @@ from ..tasks import (
     merge_word_predictions,
     tokenize_and_align_labels,
 )
-from ..tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, setting, write_jsonl
+from ..tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, write_jsonl
+from ..usage import setting
 
 
 @dataclass

@@ -18,15 +18,11 @@ from typing import Any
 from transformers import Trainer
 
 from ..arguments import CommandParser, UsageError
+from ..usage import setting
 from ..modelcard import template_path, write_model_card
 from .loading import load_data, load_model, load_tokenizer
 
 DEFAULT_CARD_TEMPLATE = template_path("finetuned.md")
-
-
-def setting(default: Any = None, help: str = "", **metadata: Any) -> Any:
-    """A recipe setting with its ``--help`` text: ``dataclasses.field`` in one line."""
-    return field(default=default, metadata={"help": help, **metadata})
 
 
 @dataclass
