@@ -53,6 +53,7 @@ from .checkpointing import from_main, save_checkpoint, seed_step, settle
 from .config import ConfigError, Phase, PretrainConfig, native_mixed_precision, resolve_phases
 from .data import (PREPARED_DIR, BatchPlan, ReadAhead, TrainingData, check_sources, load_training_data,
                    prepared_lengths, stand_in_batch, training_batch)
+from .host_memory import return_large_blocks
 from .origin import ORIGIN_FILE, Origin, build_model, find_origin, record_origin
 from .recovery import (
     LossWatch,
@@ -156,6 +157,7 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
     # The job's own schedule first, then the caller's callbacks (a wrong one fails before any work).
     handler = CallbackHandler([DefaultSchedule(config.logging_steps, config.eval_steps, config.save_steps,
                                                config.evaluate_suite_steps), *(callbacks or ())])
+    return_large_blocks()  # freed activations leave the process instead of the heap's gaps (host_memory.py)
     # One prepared folder trains at its own length; a budget run's phases are shares of its budget (in units).
     phases = resolve_phases(config, prepared_lengths(config), BUDGET_UNITS if config.budget_minutes else None)
     accelerator = _make_accelerator(config)
