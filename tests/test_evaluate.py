@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -360,6 +361,17 @@ def test_pretrain_checks_the_suite_before_training(suite_file, tmp_path):
         PretrainConfig(output_dir=str(tmp_path / "run"), evaluate_data_dir=str(tmp_path))
     config = PretrainConfig(output_dir=str(tmp_path / "run"), evaluate_suite=str(suite_file), evaluate_seeds=[5])
     assert config.evaluate_seeds == [5]
+
+
+def test_a_run_that_evaluates_a_suite_lets_its_other_processes_wait_for_it(suite_file, tmp_path):
+    """While the main process fine-tunes, the others wait in a collective: the process group's timeout (NCCL's
+    default is 10 minutes) is raised for a run with a suite, and left alone without one."""
+    from hfbert.pretrain import loop
+
+    with_suite = loop.make_accelerator(PretrainConfig(output_dir=str(tmp_path / "a"), evaluate_suite=str(suite_file)))
+    assert with_suite.init_handler.timeout == loop.SUITE_WAIT >= timedelta(hours=1)
+    without = loop.make_accelerator(PretrainConfig(output_dir=str(tmp_path / "b")))
+    assert without.init_handler is None
 
 
 def test_evaluate_exported_scores_the_exported_folder_and_writes_its_card(model_dir, suite_file, tmp_path):

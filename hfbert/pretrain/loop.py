@@ -34,12 +34,13 @@ import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import TorchDynamoPlugin
+from accelerate.utils import InitProcessGroupKwargs, TorchDynamoPlugin
 from tqdm.auto import tqdm
 
 from ..data.prepared import PreparedDataError
@@ -160,7 +161,7 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
     return_large_blocks()  # freed activations leave the process instead of the heap's gaps (host_memory.py)
     # One prepared folder trains at its own length; a budget run's phases are shares of its budget (in units).
     phases = resolve_phases(config, prepared_lengths(config), BUDGET_UNITS if config.budget_minutes else None)
-    accelerator = _make_accelerator(config)
+    accelerator = make_accelerator(config)
     start = preflight(config, accelerator)  # fresh, or the checkpoint to resume: the same on every process
     _start_output_dir(config, accelerator, start)
     lengths = [p.max_seq_length for p in phases]
@@ -242,7 +243,11 @@ def preflight(config: PretrainConfig, accelerator=None) -> RunStart:
 # Setup
 
 
-def _make_accelerator(config: PretrainConfig):
+#: How long the other processes of a run wait in a collective for the main process's downstream evaluation.
+SUITE_WAIT = timedelta(hours=6)
+
+
+def make_accelerator(config: PretrainConfig):
     output_dir = Path(config.output_dir)
     # JSON lines always (the curve, the card and a resume read them), then the --report_to trackers of Accelerate.
     trackers: list[Any] = [JsonlTracker(output_dir / LOG_FILE), *accelerate_trackers(config.report_to)]
@@ -255,9 +260,12 @@ def _make_accelerator(config: PretrainConfig):
         torch._dynamo.config.capture_dynamic_output_shape_ops = True
         torch._dynamo.config.capture_scalar_outputs = True
         compiled = TorchDynamoPlugin(backend="inductor", dynamic=True)
+    # While the main process fine-tunes a suite, the others wait for it in a collective, which the process group's
+    # timeout would end (NCCL's default: 10 minutes); a run that evaluates one waits as long as a suite may take.
+    waits = [InitProcessGroupKwargs(timeout=SUITE_WAIT)] if config.evaluate_suite is not None else []
     accelerator = Accelerator(
         cpu=on_cpu, mixed_precision=config.mixed_precision, log_with=trackers,
-        project_dir=str(output_dir / "runs"), dynamo_plugin=compiled,
+        project_dir=str(output_dir / "runs"), dynamo_plugin=compiled, kwargs_handlers=waits,
     )
     native, why = native_mixed_precision()
     precision = {"no": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}[config.mixed_precision]
