@@ -33,6 +33,7 @@ __all__ = [
 #: The card templates, package data (they travel in the wheel).
 TEMPLATE_DIR = Path(__file__).resolve().parent / "model_cards"
 
+
 def template_path(template: str | Path) -> Path:
     """A card template: the name of a packaged one (``"finetuned.md"``, ``"pretrained.md"``) or a path to your own."""
     if isinstance(template, str) and Path(template).name == template and (TEMPLATE_DIR / template).is_file():

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..arguments import CommandParser, UsageError, fits_type, load_settings_file
-from ..usage import setting, settings_marked
 from ..data.remote import DEFAULT_CACHE_LIMIT, parse_size
 from ..data.settings import ExampleSettings
 from ..optim_names import OPTIMIZERS
+from ..usage import setting, settings_marked
 
 if TYPE_CHECKING:
     from ..configuration_hfbert import HfBertConfig
