@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .heads_hfbert import MODEL_CLASSES  # imports nothing
+
 __version__ = "0.1.0"
 
 LAZY_IMPORT_ENV = "HFBERT_LAZY_IMPORT"
@@ -33,10 +35,7 @@ _MODULE_OF = {
     "AUTO_CLASSES": "auto",
     "register_auto_classes": "auto",
     "HfBertConfig": "configuration_hfbert",
-    **dict.fromkeys(["HfBertPreTrainedModel", "HfBertModel", "HfBertForPreTraining", "HfBertForPreTrainingOutput",
-                     "HfBertForMaskedLM", "HfBertForNextSentencePrediction", "HfBertForSequenceClassification",
-                     "HfBertForMultipleChoice", "HfBertForTokenClassification", "HfBertForQuestionAnswering"],
-                    "modeling_hfbert"),
+    **dict.fromkeys(["HfBertPreTrainedModel", "HfBertForPreTrainingOutput", *MODEL_CLASSES], "modeling_hfbert"),
     **dict.fromkeys(["HfBertTokenizer", "train_wordpiece", "bert_tokenizer_from_vocab", "tokenize_dataset"],
                     "tokenization"),
     "load_any_bert": "model_source",
@@ -50,18 +49,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .convert import convert
     from .hub import push_to_hub
     from .model_source import load_any_bert
-    from .modeling_hfbert import (
-        HfBertForMaskedLM,
-        HfBertForMultipleChoice,
-        HfBertForNextSentencePrediction,
-        HfBertForPreTraining,
-        HfBertForPreTrainingOutput,
-        HfBertForQuestionAnswering,
-        HfBertForSequenceClassification,
-        HfBertForTokenClassification,
-        HfBertModel,
-        HfBertPreTrainedModel,
-    )
+    from .modeling_hfbert import *  # noqa: F403  (every head: hfbert.heads_hfbert)
     from .tokenization import HfBertTokenizer, bert_tokenizer_from_vocab, tokenize_dataset, train_wordpiece
 
 
@@ -94,23 +82,4 @@ def _started_as_the_command() -> bool:
 if os.environ.get(LAZY_IMPORT_ENV) != "1" and not _started_as_the_command():
     _load()
 
-__all__ = [
-    "HfBertConfig",
-    "HfBertPreTrainedModel",
-    "HfBertModel",
-    "HfBertForPreTraining",
-    "HfBertForPreTrainingOutput",
-    "HfBertForMaskedLM",
-    "HfBertForNextSentencePrediction",
-    "HfBertForSequenceClassification",
-    "HfBertForMultipleChoice",
-    "HfBertForTokenClassification",
-    "HfBertForQuestionAnswering",
-    "HfBertTokenizer",
-    "train_wordpiece",
-    "bert_tokenizer_from_vocab",
-    "tokenize_dataset",
-    "load_any_bert",
-    "push_to_hub",
-    "convert",
-]
+__all__ = [name for name in _MODULE_OF if name not in ("AUTO_CLASSES", "register_auto_classes")]

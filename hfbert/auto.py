@@ -2,44 +2,17 @@
 this module is imported, by ``import hfbert``) and marked for remote code, so ``save_pretrained`` writes
 ``auto_map`` and copies the config and modeling files."""
 
-from transformers import (
-    AutoConfig,
-    AutoTokenizer,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForNextSentencePrediction,
-    AutoModelForPreTraining,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+import transformers
+from transformers import AutoConfig, AutoTokenizer
 
+from . import modeling_hfbert
 from .configuration_hfbert import HfBertConfig
-from .modeling_hfbert import (
-    HfBertForMaskedLM,
-    HfBertForMultipleChoice,
-    HfBertForNextSentencePrediction,
-    HfBertForPreTraining,
-    HfBertForPreTrainingOutput,
-    HfBertForQuestionAnswering,
-    HfBertForSequenceClassification,
-    HfBertForTokenClassification,
-    HfBertModel,
-    HfBertPreTrainedModel,
-)
+from .heads_hfbert import HEADS
 from .tokenization import HfBertTokenizer
 
-AUTO_CLASSES = {
-    AutoModel: HfBertModel,
-    AutoModelForPreTraining: HfBertForPreTraining,
-    AutoModelForMaskedLM: HfBertForMaskedLM,
-    AutoModelForNextSentencePrediction: HfBertForNextSentencePrediction,
-    AutoModelForSequenceClassification: HfBertForSequenceClassification,
-    AutoModelForMultipleChoice: HfBertForMultipleChoice,
-    AutoModelForTokenClassification: HfBertForTokenClassification,
-    AutoModelForQuestionAnswering: HfBertForQuestionAnswering,
-}
+# The transformers Auto class of every head -> hfbert's class (hfbert.heads_hfbert.HEADS).
+AUTO_CLASSES = {getattr(transformers, auto): getattr(modeling_hfbert, f"HfBert{suffix}")
+                for suffix, auto in HEADS.items()}
 
 
 def register_auto_classes() -> None:

@@ -10,20 +10,12 @@ from pathlib import Path
 from typing import Literal
 
 from .arguments import CommandParser, UsageError
+from .heads_hfbert import HEADS as HEAD_AUTO_CLASSES
 
 __all__ = ["HEADS", "ConvertArguments", "command_parser"]
 
-# The heads both sides provide, by class-name suffix ("" is the bare encoder: BertModel / HfBertModel).
-HEADS = (
-    "Model",
-    "ForPreTraining",
-    "ForMaskedLM",
-    "ForNextSentencePrediction",
-    "ForSequenceClassification",
-    "ForTokenClassification",
-    "ForQuestionAnswering",
-    "ForMultipleChoice",
-)
+# The heads both sides provide, by class-name suffix ("Model" is the bare encoder: BertModel / HfBertModel).
+HEADS = tuple(HEAD_AUTO_CLASSES)
 
 
 @dataclass

@@ -80,6 +80,7 @@ from transformers.utils import TransformersKwargs, can_return_tuple, logging
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_hfbert import HfBertConfig
+from .heads_hfbert import HEADS, MODEL_CLASSES
 from .unpadding_hfbert import PackedRows, attention_backend
 
 logger = logging.get_logger(__name__)
@@ -910,27 +911,7 @@ class HfBertForQuestionAnswering(HfBertPreTrainedModel):
 
 
 # Auto class -> "module.Class", written into every saved config so any Auto class loads the folder as remote code.
-AUTO_MAP = {
-    "AutoConfig": "configuration_hfbert.HfBertConfig",
-    "AutoModel": "modeling_hfbert.HfBertModel",
-    "AutoModelForPreTraining": "modeling_hfbert.HfBertForPreTraining",
-    "AutoModelForMaskedLM": "modeling_hfbert.HfBertForMaskedLM",
-    "AutoModelForNextSentencePrediction": "modeling_hfbert.HfBertForNextSentencePrediction",
-    "AutoModelForSequenceClassification": "modeling_hfbert.HfBertForSequenceClassification",
-    "AutoModelForMultipleChoice": "modeling_hfbert.HfBertForMultipleChoice",
-    "AutoModelForTokenClassification": "modeling_hfbert.HfBertForTokenClassification",
-    "AutoModelForQuestionAnswering": "modeling_hfbert.HfBertForQuestionAnswering",
-}
+AUTO_MAP = {"AutoConfig": "configuration_hfbert.HfBertConfig",
+            **{auto: f"modeling_hfbert.HfBert{suffix}" for suffix, auto in HEADS.items()}}
 
-__all__ = [
-    "HfBertPreTrainedModel",
-    "HfBertModel",
-    "HfBertForPreTraining",
-    "HfBertForPreTrainingOutput",
-    "HfBertForMaskedLM",
-    "HfBertForNextSentencePrediction",
-    "HfBertForSequenceClassification",
-    "HfBertForMultipleChoice",
-    "HfBertForTokenClassification",
-    "HfBertForQuestionAnswering",
-]
+__all__ = ["HfBertPreTrainedModel", "HfBertForPreTrainingOutput", *MODEL_CLASSES]

@@ -272,6 +272,24 @@ def test_each_setting_is_declared_once_with_what_the_code_needs_to_know_of_it():
     assert [p.relative_to(PACKAGE).as_posix() for p in helpers] == ["usage.py"]
 
 
+def test_the_heads_are_listed_once():
+    """hfbert.heads_hfbert.HEADS feeds the model file's auto_map and names, the package's names, the Auto
+    registration and hfbert convert; no other module lists them."""
+    from hfbert.convert_settings import HEADS as CONVERT_HEADS
+    from hfbert.heads_hfbert import HEADS, MODEL_CLASSES
+    from hfbert.modeling_hfbert import AUTO_MAP
+    from hfbert.modeling_hfbert import __all__ as MODEL_NAMES
+
+    assert len(HEADS) == 8 and set(AUTO_MAP) == {"AutoConfig", *HEADS.values()}
+    assert {auto.__name__: model.__name__ for auto, model in hfbert.AUTO_CLASSES.items()} == {
+        auto: f"HfBert{suffix}" for suffix, auto in HEADS.items()}
+    assert CONVERT_HEADS == tuple(HEADS) and set(MODEL_CLASSES) <= set(MODEL_NAMES) & set(hfbert.__all__)
+    listed = ('"AutoModelForNextSentencePrediction"', '"ForNextSentencePrediction"')
+    spelled = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+               if any(name in p.read_text() for name in listed)]
+    assert spelled == ["heads_hfbert.py"]
+
+
 EXAMPLE_CARD = REPO / "model_cards" / "example_finetuned.md"
 EXAMPLE_INPUTS = dict(
     language="en", base_model="sentence-transformers/all-MiniLM-L6-v2",

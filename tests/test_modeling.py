@@ -206,7 +206,7 @@ def test_save_load_and_auto_classes(cls, tmp_path):
     config = transformers.AutoConfig.from_pretrained(tmp_path)
     assert isinstance(config, HfBertConfig)
     assert config.auto_map["AutoModelForPreTraining"] == "modeling_hfbert.HfBertForPreTraining"
-    for sibling in ("modeling_hfbert.py", "configuration_hfbert.py", "unpadding_hfbert.py"):  # the remote code
+    for sibling in ("modeling_hfbert.py", "configuration_hfbert.py", "unpadding_hfbert.py", "heads_hfbert.py"):
         assert (tmp_path / sibling).exists(), sibling
     auto = {v: k for k, v in hfbert.AUTO_CLASSES.items()}[cls]
     loaded = auto.from_pretrained(tmp_path).eval()
