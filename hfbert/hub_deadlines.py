@@ -3,7 +3,7 @@
 huggingface_hub's shared HTTP client waits forever by default (and some of its calls ask for no limit),
 it retries a request that timed out or got an HTTP 5xx answer, up to five times with pauses between tries, and a
 limit on each wait does not stop a Hub that answers a byte at a time: a limit on each wait is not a limit on the
-operation. Every Hub call made here runs inside :func:`hub_timeout`, whose limit (the ``timeout`` argument, else
+operation. Every Hub call hfbert makes runs inside :func:`hub_timeout`, whose limit (the ``timeout`` argument, else
 the ``HFBERT_HUB_TIMEOUT`` environment variable, else :data:`DEFAULT_TIMEOUT`; raise it for slow links) bounds the
 whole operation -- a push, a snapshot download, a config read -- from its start to its end, retries, answers and
 transfers included: a deadline fixed when it starts, at the limit plus one second per megabyte it moves

@@ -1,5 +1,6 @@
 """The training process gives large freed blocks back to the system (hfbert.pretrain.host_memory)."""
 
+import os
 import platform
 import subprocess
 import sys
@@ -40,7 +41,10 @@ PROBE = textwrap.dedent("""
 
 
 def _mapped_blocks(mode: str) -> list[int]:
-    run = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=120)
+    # glibc's own policy, whatever this process was given: a MALLOC_*_ variable (Dask sets MALLOC_TRIM_THRESHOLD_
+    # when it is imported) or a tunable fixes the threshold too.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    run = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 0, run.stderr
     return [int(n) for n in run.stdout.split()]
 
