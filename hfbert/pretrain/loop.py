@@ -158,7 +158,7 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
     # The job's own schedule first, then the caller's callbacks (a wrong one fails before any work).
     handler = CallbackHandler([DefaultSchedule(config.logging_steps, config.eval_steps, config.save_steps,
                                                config.evaluate_suite_steps), *(callbacks or ())])
-    return_large_blocks()  # freed activations leave the process instead of the heap's gaps (host_memory.py)
+    return_large_blocks()  # blocks above a training step's go back to the system when freed (host_memory.py)
     # One prepared folder trains at its own length; a budget run's phases are shares of its budget (in units).
     phases = resolve_phases(config, prepared_lengths(config), BUDGET_UNITS if config.budget_minutes else None)
     accelerator = make_accelerator(config)
