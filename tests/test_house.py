@@ -207,6 +207,41 @@ def test_the_package_has_no_import_cycle_and_no_private_name_across_modules():
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
+# The package's layers, lowest first: a module imports from its own layer or a lower one, never a higher one.
+LAYERS = [
+    # the model: the files that travel to the Hub as remote code, importing only each other
+    {"configuration_hfbert", "heads_hfbert", "unpadding_hfbert", "modeling_hfbert"},
+    # foundations: settings and errors, the command-line parser, tokenizer and optimizer pieces, metrics, cards
+    {"usage", "arguments", "inputs", "wordpiece", "optim_names", "optim", "tf_checkpoint", "hub_deadlines", "metrics",
+     "modelcard", "tokenizer_settings", "convert_settings"},
+    # models and tokenizers from anywhere: the Hub, conversion, Auto registration, vocabularies
+    {"tokenization", "google_checkpoint", "auto", "hub", "convert", "model_source", "vocabulary", ""},
+    # the data pipeline, and fine-tuning tasks with their recipes
+    {"data", "tasks", "recipes"},
+    # downstream evaluation, then pretraining (which evaluates as it trains)
+    {"evaluation"},
+    {"pretrain"},
+    # studies and benchmarks of all of it, and the command line's dispatcher
+    {"studies", "faults", "cli"},
+]
+
+
+def _layer(module: str) -> int:
+    unit = module.split(".")[1] if "." in module else ""
+    return next(number for number, layer in enumerate(LAYERS) if unit in layer)
+
+
+def test_no_module_imports_from_a_higher_layer():
+    graph, _ = _package_imports()
+    units = {m.split(".")[1] if "." in m else "" for m in graph}
+    assert units == set().union(*LAYERS), "a new module or package: give it a layer"
+    upward = [f"{module} -> {target}" for module, targets in sorted(graph.items()) for target in sorted(targets)
+              if _layer(target) > _layer(module)]
+    assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
+    remote = {f"hfbert.{name}" for name in LAYERS[0]}
+    assert all(graph[module] <= remote for module in remote), "the remote-code files import only each other"
+
+
 # Cycles planted in a copy of the package, in each form an import takes: (file, code appended, what it ties).
 MODULES = ("hfbert.hub", "hfbert.model_source")
 PLANTED_CYCLES = {
@@ -249,7 +284,8 @@ def test_card_templates_ship_in_the_package():
 
 
 # What a setting's field may say of it (hfbert.usage.setting); the lists the code uses are read from these marks.
-SETTING_MARKS = {"help", "aliases", "recorded", "neutral", "resumable", "recoverable", "card"}
+SETTING_MARKS = {"help", "aliases", "recorded", "neutral", "resumable", "recoverable", "card", "architecture", "job",
+                 "dataset_card", "folder"}
 
 
 def test_each_setting_is_declared_once_with_what_the_code_needs_to_know_of_it():
@@ -270,6 +306,46 @@ def test_each_setting_is_declared_once_with_what_the_code_needs_to_know_of_it():
     # The field helper is defined once, and no module spells a list of setting names of its own.
     helpers = [p for p in PACKAGE.rglob("*.py") if re.search(r"^def _?setting\(", p.read_text(), re.M)]
     assert [p.relative_to(PACKAGE).as_posix() for p in helpers] == ["usage.py"]
+
+
+def _setting_lists(path: Path, names: set[str], root: Path = REPO) -> list[str]:
+    """Where a module spells a collection (tuple, list, set, dict keys) of two or more setting names and nothing else."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            items = node.elts
+        elif isinstance(node, ast.Dict):
+            items = [key for key in node.keys if key is not None]
+        else:
+            continue
+        spelled = [item.value for item in items if isinstance(item, ast.Constant) and item.value in names]
+        if len(spelled) >= 2 and len(spelled) == len(items):
+            found.append(f"{path.relative_to(root)}:{node.lineno}: {spelled}")
+    return found
+
+
+def test_no_module_lists_setting_names_of_another_modules_settings(tmp_path):
+    """A setting's name is written in its field; what the code must know of it is a mark there. Only the module
+    that declares the settings may spell several of their names together (its checks); any other module reads the
+    marks, so adding a setting touches its field, a test and the docs."""
+    from hfbert.data.settings import ExampleSettings
+    from hfbert.tasks.runs import ModelArguments
+
+    declared = {}
+    for settings in (PretrainConfig, ExampleSettings, ModelArguments):
+        home = Path(sys.modules[settings.__module__].__file__).resolve()
+        for f in dataclasses.fields(settings):
+            declared.setdefault(f.name, set()).add(home)
+    # "model" and "dataset" are also the Hub's two repository types (hub.REPO_TYPES), not the settings.
+    names = set(declared) - {"model", "dataset"}
+    homes = set().union(*declared.values())
+    lists = [hit for path in PACKAGE.rglob("*.py") if path.resolve() not in homes for hit in _setting_lists(path, names)]
+    assert not lists, "setting names spelled outside their fields:\n" + "\n".join(lists)
+    planted = tmp_path / "planted.py"  # the scan finds what it forbids
+    planted.write_text('SCHEDULE = ("learning_rate", "warmup_ratio")\n')
+    assert _setting_lists(planted, names, root=tmp_path) == ["planted.py:1: ['learning_rate', 'warmup_ratio']"]
 
 
 def test_the_heads_are_listed_once():

@@ -22,6 +22,9 @@ from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from ..usage import settings_marked
+from .settings import ExampleSettings
+
 __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "Manifest", "PreparedDataError", "ShardRecord", "SplitRecord",
            "TokenizerRecord",
            "dataset_card"]
@@ -161,9 +164,8 @@ def dataset_card(manifest: Manifest) -> str:
     files = "\n".join(f"  - split: {split}\n    path: data/{split}-*" for split in splits)
     rows = "\n".join(f"| {split} | {info.rows:,} | {info.tokens:,} | {len(info.shards)} |"
                      for split, info in splits.items())
-    shown = ("max_seq_length", "masking", "dupe_factor", "masked_lm_prob", "max_predictions_per_seq",
-             "short_seq_prob", "whole_word_mask", "eval_fraction", "num_shards", "seed")
-    table = "\n".join(f"| `{key}` | `{json.dumps(settings[key])}` |" for key in shown)
+    table = "\n".join(f"| `{key}` | `{json.dumps(settings[key])}` |"
+                      for key in settings_marked(ExampleSettings, "dataset_card") if key in settings)
     return f"""---
 configs:
 - config_name: default

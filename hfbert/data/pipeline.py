@@ -41,6 +41,7 @@ from tokenizers import Tokenizer
 from datasets import Dataset, DatasetInfo, Features, IterableDataset, List, Value
 from datasets.table import InMemoryTable
 
+from ..usage import settings_marked
 from ..wordpiece import WordCacheEncoder, concat_ranges
 from .documents import ReadStats, split_sentences
 from .engines import run_tasks
@@ -413,7 +414,8 @@ def build_pretraining_dataset(source, tokenizer, settings: ExampleSettings | Non
     if not bounds:
         raise ValueError("the input has no documents")
     tables, pool_stats, hashes = _build_pools(documents, bounds, builder, split_units, num_proc)
-    recorded = {key: value for key, value in settings.recorded().items() if key not in ("num_shards", "eval_fraction")}
+    recorded = {key: value for key, value in settings.recorded().items()  # the examples', not a folder's layout
+                if key not in settings_marked(ExampleSettings, "folder")}
     return _finish(tables, pool_stats, hashes, read_stats, builder, builder.spec, shuffle, return_report,
                    settings=recorded)
 

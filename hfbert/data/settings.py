@@ -54,10 +54,10 @@ class ExampleSettings:
               "strips accents; default: the model's own tokenizer, or for a bare vocab.txt cased exactly when it "
               "holds upper-case tokens", recorded=False)
     # -- NSP pairs
-    max_seq_length: int = setting(128, "tokens per example, [CLS] and [SEP] included")
-    short_seq_prob: float = setting(0.1, "probability of a shorter target length", card=True)
+    max_seq_length: int = setting(128, "tokens per example, [CLS] and [SEP] included", dataset_card=True)
+    short_seq_prob: float = setting(0.1, "probability of a shorter target length", card=True, dataset_card=True)
     dupe_factor: int | None = setting(
-        None, "passes over the corpus with different masks (default: 10 static, 1 dynamic)")
+        None, "passes over the corpus with different masks (default: 10 static, 1 dynamic)", dataset_card=True)
     pool_size: int = setting(DEFAULT_POOL_SIZE, "documents per random-next pool")
     distinct_random_document: bool = setting(
         True, "a random-next segment never comes from the same document (the original could pick it again)")
@@ -67,12 +67,12 @@ class ExampleSettings:
     # -- masks
     masking: Literal["static", "dynamic"] = setting(
         "static", "static: masks drawn when the examples are built, dupe_factor copies (the original); dynamic: "
-                  "the collator draws new masks for every batch")
-    masked_lm_prob: float = setting(0.15, "share of tokens selected for masked LM", card=True)
-    max_predictions_per_seq: int = setting(20, "at most this many masked positions per example", card=True)
+                  "the collator draws new masks for every batch", dataset_card=True)
+    masked_lm_prob: float = setting(0.15, "share of tokens selected for masked LM", card=True, dataset_card=True)
+    max_predictions_per_seq: int = setting(20, "at most this many masked positions per example", card=True, dataset_card=True)
     selection: Literal["fixed", "bernoulli"] = setting(
         "fixed", "fixed: exactly round(length x masked_lm_prob) positions (the original); bernoulli: independent")
-    whole_word_mask: bool = setting(False, "mask whole words (every WordPiece of a chosen word)", card=True)
+    whole_word_mask: bool = setting(False, "mask whole words (every WordPiece of a chosen word)", card=True, dataset_card=True)
     wwm_per_word_decision: bool = setting(
         True, "whole-word masking: one [MASK]/random/keep decision per word (false: per token, as the original)")
     random_token_ids: Literal["non_special", "any"] = setting(
@@ -81,9 +81,11 @@ class ExampleSettings:
         None, "Chinese word boundaries for whole-word masking (people-daily implies presegmented)")
     # -- a prepared corpus: shards and the held-out split
     num_shards: int | None = setting(
-        None, "shards per split (default: one per 32 MiB of input per duplication pass)")
-    eval_fraction: float = setting(0.05, "share of documents held out for validation (whole documents)")
-    seed: int = setting(12345, "seed of every random draw of the examples (the original's default)")
+        None, "shards per split (default: one per 32 MiB of input per duplication pass)", dataset_card=True,
+        folder=True)
+    eval_fraction: float = setting(0.05, "share of documents held out for validation (whole documents)",
+                                   dataset_card=True, folder=True)
+    seed: int = setting(12345, "seed of every random draw of the examples (the original's default)", dataset_card=True)
 
     def __post_init__(self) -> None:
         check_types(self)

@@ -25,9 +25,9 @@ from ..usage import setting, settings_marked
 if TYPE_CHECKING:
     from ..configuration_hfbert import HfBertConfig
 
-__all__ = ["CARD_SETTINGS", "RECOVERY_CHANGES", "RESUMABLE_CHANGES", "TRAJECTORY_NEUTRAL", "ConfigError",
-           "PretrainConfig", "Phase", "command_parser", "load_config", "native_mixed_precision", "parse_args",
-           "resolve_phases"]
+__all__ = ["CARD_SETTINGS", "OPTIMIZER_GROUP_KEYS", "RECOVERY_CHANGES", "RESUMABLE_CHANGES", "SCHEDULE_SETTINGS",
+           "TRAJECTORY_NEUTRAL", "ConfigError", "PretrainConfig", "Phase", "command_parser", "load_config",
+           "native_mixed_precision", "parse_args", "resolve_phases"]
 
 # A fresh model's overrides by default: no dropout (short runs on small corpora learn faster without it).
 FRESH_MODEL_DEFAULTS = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
@@ -68,8 +68,9 @@ class PretrainConfig(ExampleSettings):
                    "masks)", card=True)
     max_seq_length: int | None = setting(
         None, "sequence length of a one-length run (no phases); default: the short-first schedule, 60% of the "
-              "steps at 32 (batch 64), then 40% at 128 (batch 16)")
-    seed: int = setting(42, "seed of the initial weights, the batch order, the masks and dropout", card=True)
+              "steps at 32 (batch 64), then 40% at 128 (batch 16)", job=True)
+    seed: int = setting(42, "seed of the initial weights, the batch order, the masks and dropout", card=True,
+                        job=True)
     # -- data
     prepared: list[str] | None = setting(
         None, "prepared folders or Hub dataset repos (hfbert prepare), one per sequence length of the schedule; "
@@ -108,11 +109,11 @@ class PretrainConfig(ExampleSettings):
               "entry into) or mean (transformers' mean_resizing: the mean of all)")
     preset: str | None = setting(
         None, "model size of a fresh model: tiny, mini, small, medium, base, large (default tiny; none with "
-              "--init_from, whose size is the checkpoint's)")
+              "--init_from, whose size is the checkpoint's)", architecture=True)
     model: dict[str, Any] | None = setting(
         None, 'HfBertConfig overrides as JSON, e.g. \'{"hidden_size": 128}\' (default: dropout off for a fresh '
               'model, the checkpoint\'s own settings with --init_from, where only non-shape settings such as '
-              'dropout may change; a value given here replaces the whole default)')
+              'dropout may change; a value given here replaces the whole default)', architecture=SHAPE_KEYS)
     next_sentence_prediction: bool | None = setting(
         None, "train the NSP head beside MLM (the original); false: MLM only. Default: on, unless the corpus gives "
               "NSP nothing to learn: when at least 90% of its training pairs take a random segment B (documents of "
@@ -123,16 +124,18 @@ class PretrainConfig(ExampleSettings):
         "adamw", "adamw, adam_google (Google's Adam without bias correction) or lamb", card=True)
     learning_rate: float | None = setting(
         None, "peak learning rate (default 2e-3 for a fresh model, 1e-4 with --init_from: continued pretraining "
-              "wants a smaller one, as Google's README advises)", recoverable=True, card=True)
+              "wants a smaller one, as Google's README advises)", recoverable=("initial_lr", "schedule"), card=True)
     weight_decay: float = setting(0.01, "decoupled weight decay; not applied to LayerNorm parameters and biases",
-                                  recoverable=True, card=True)
-    adam_beta1: float = setting(0.9, "first-moment decay", recoverable=True, card=True)
-    adam_beta2: float = setting(0.98, "second-moment decay", recoverable=True, card=True)
-    adam_epsilon: float = setting(1e-6, "added to the denominator of the update", recoverable=True, card=True)
+                                  recoverable=("weight_decay",), card=True)
+    adam_beta1: float = setting(0.9, "first-moment decay", recoverable=("betas",), card=True)
+    adam_beta2: float = setting(0.98, "second-moment decay", recoverable=("betas",), card=True)
+    adam_epsilon: float = setting(1e-6, "added to the denominator of the update", recoverable=("eps",),
+                                  card=True)
     max_grad_norm: float = setting(1.0, "global-norm gradient clipping; 0 turns it off", recoverable=True, card=True)
     warmup_ratio: float = setting(0.03, "linear warmup over this share of max_steps, then linear decay to 0",
-                                  recoverable=True, card=True)
-    warmup_steps: int | None = setting(None, "warmup steps; overrides warmup_ratio", recoverable=True, card=True)
+                                  recoverable=("schedule",), card=True)
+    warmup_steps: int | None = setting(None, "warmup steps; overrides warmup_ratio", recoverable=("schedule",),
+                                       card=True)
     batch_size: int = setting(32, "examples per process per micro-batch", card=True)
     gradient_accumulation_steps: int = setting(1, "micro-batches per optimizer step", card=True)
     max_steps: int = setting(3000, "optimizer steps of the whole schedule (all phases)", card=True)
@@ -251,8 +254,16 @@ TRAJECTORY_NEUTRAL = frozenset(settings_marked(PretrainConfig, "neutral"))
 #: ``resumable`` (torch_compile, whose compiled kernels compute the same steps with other float rounding).
 RESUMABLE_CHANGES = TRAJECTORY_NEUTRAL | frozenset(settings_marked(PretrainConfig, "resumable"))
 #: Settings --resume_with_changes may list: they change how the weights move from the checkpoint on, never what the
-#: checkpoint means (the model, the data and the batch plan stay the run's).
+#: checkpoint means (the model, the data and the batch plan stay the run's). The mark says where a new value goes
+#: in a resumed run: the optimizer's per-group entries it names and, for "schedule", the learning-rate schedule
+#: (``True``: read afresh each step).
 RECOVERY_CHANGES = frozenset(settings_marked(PretrainConfig, "recoverable"))
+_WHERE = {f.name: f.metadata["recoverable"] for f in dataclasses.fields(PretrainConfig)
+          if isinstance(f.metadata.get("recoverable"), tuple)}
+#: Each recoverable setting -> the optimizer group entries that hold it.
+OPTIMIZER_GROUP_KEYS = {name: keys for name, where in _WHERE.items() if (keys := tuple(set(where) - {"schedule"}))}
+#: The recoverable settings the learning-rate schedule is built from.
+SCHEDULE_SETTINGS = frozenset(name for name, where in _WHERE.items() if "schedule" in where)
 #: Hyper-parameters the pretrained model's card shows, in the fields' order.
 CARD_SETTINGS = settings_marked(PretrainConfig, "card")
 
@@ -392,11 +403,15 @@ def _check_model_source(c: PretrainConfig) -> None:
         _require(c.new_embeddings is None, f"--new_embeddings {c.new_embeddings} starts the entries a --tokenizer adds "
                                            "to an --init_from model's vocabulary; give --init_from too")
         return
-    _require(c.preset is None, f"--preset {c.preset} and --init_from {c.init_from} both give the model's size; "
-                               "drop --preset (the size is the checkpoint's)")
-    shape = sorted(set(c.model or {}) & set(SHAPE_KEYS))
-    _require(not shape, f"--model sets {', '.join(shape)}, which --init_from {c.init_from} fixes; only settings "
-                        "that keep the checkpoint's shapes (dropout, ...) may change")
+    for f in dataclasses.fields(c):  # the architecture settings: all of one (True), or the model keys it names
+        fixed, value = f.metadata.get("architecture"), getattr(c, f.name)
+        if fixed is True:
+            _require(value is None, f"--{f.name} {value} and --init_from {c.init_from} both give the model's size; "
+                                    f"drop --{f.name} (the size is the checkpoint's)")
+        elif fixed:
+            clash = sorted(set(value or {}) & set(fixed))
+            _require(not clash, f"--{f.name} sets {', '.join(clash)}, which --init_from {c.init_from} fixes; only "
+                                "settings that keep the checkpoint's shapes (dropout, ...) may change")
     _require(c.new_embeddings is None or c.tokenizer is not None,
              f"--new_embeddings {c.new_embeddings} starts the entries a --tokenizer adds to --init_from "
              f"{c.init_from}'s vocabulary; give that --tokenizer")

@@ -44,6 +44,7 @@ from ..data.settings import ExampleSettings
 from ..data.shards import ROW_GROUP_SIZE
 from ..data.sources import BUILTIN_CORPUS, load_dataset_split
 from ..modeling_hfbert import check_inputs
+from ..usage import settings_marked
 from ..unpadding_hfbert import PackedRows
 from .config import ConfigError, PretrainConfig
 
@@ -171,13 +172,12 @@ def _by_length(opened: list[PreparedCorpus], lengths: list[int], config: Pretrai
 
 def _check_data_settings(config: PretrainConfig, corpus: PreparedCorpus) -> None:
     """With ``--prepared`` the example settings are the folder's (its manifest records them): a value given here that
-    differs from both the default and the manifest is a mistake to report. ``seed`` is also the job's own seed, and
-    ``max_seq_length`` the schedule's, so neither is compared."""
+    differs from both the default and the manifest is a mistake to report. The settings the job gives a meaning of
+    its own (``job=True``: ``seed`` also seeds the job, ``max_seq_length`` is the schedule's) are not compared."""
     defaults = PretrainConfig()
     built_with = ExampleSettings.from_recorded(corpus.settings)
-    for name in corpus.settings.keys() & {f.name for f in dataclasses.fields(ExampleSettings)}:
-        if name in ("seed", "max_seq_length"):
-            continue
+    the_jobs = set(settings_marked(PretrainConfig, "job"))
+    for name in corpus.settings.keys() & {f.name for f in dataclasses.fields(ExampleSettings)} - the_jobs:
         given, built = getattr(config, name), getattr(built_with, name)
         if given != getattr(defaults, name) and given != built:
             raise ConfigError(f"{name} is {given!r} but the prepared folder {corpus.path} was built with {built!r}; "

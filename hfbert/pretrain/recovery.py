@@ -51,7 +51,9 @@ from .checkpointing import (
     read_state,
     remove_incomplete,
 )
-from .config import RECOVERY_CHANGES, RESUMABLE_CHANGES, ConfigError, PretrainConfig
+from .config import (
+    OPTIMIZER_GROUP_KEYS, RECOVERY_CHANGES, RESUMABLE_CHANGES, SCHEDULE_SETTINGS, ConfigError, PretrainConfig,
+)
 from .tracking import read_jsonl
 
 __all__ = [
@@ -67,11 +69,6 @@ __all__ = [
     "resume_run",
 ]
 
-# The optimizer's per-group entries that each setting is stored in (taken from the optimizer built for the new
-# settings); learning_rate and the warmup also live in the schedule.
-_GROUP_KEYS = {"learning_rate": ("initial_lr",), "weight_decay": ("weight_decay",), "adam_beta1": ("betas",),
-               "adam_beta2": ("betas",), "adam_epsilon": ("eps",)}
-_SCHEDULE = ("learning_rate", "warmup_ratio", "warmup_steps")
 RESUMED, DIVERGED = "resumed", "diverged"
 
 
@@ -297,10 +294,10 @@ def _apply_changes(changed: dict[str, Any], fresh: dict[str, Any], optimizer, sc
     """Put the new settings into the optimizer and the schedule just loaded from a checkpoint (which hold the old
     ones), keeping the optimizer's moments and the step count."""
     for group, new in zip(optimizer.param_groups, fresh["groups"]):
-        for setting, keys in _GROUP_KEYS.items():
+        for setting, keys in OPTIMIZER_GROUP_KEYS.items():  # entries taken from the optimizer built anew
             if setting in changed:
                 group.update({key: new[key] for key in keys if key in new})
-    if not any(name in changed for name in _SCHEDULE):
+    if not SCHEDULE_SETTINGS & changed.keys():
         return
     schedule = scheduler.state_dict()
     if "learning_rate" in changed:
