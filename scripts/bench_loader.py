@@ -9,7 +9,7 @@ into ``WORK/prepared-LENGTH`` (static masks, one duplication pass, reused when p
 ``--rows`` rows in batches of ``--batch_size``, as numpy arrays collated into the batch the model takes (padding,
 attention mask, labels), and reports rows per second:
 
-* ``hfbert order, 1 process``: :class:`hfbert.pretrain.data.BatchPlan`'s order (the default shuffle window), the
+* ``hfbert order, 1 process``: :class:`hfbert.pretrain.batches.BatchPlan`'s order (the default shuffle window), the
   global batch read by one process;
 * ``hfbert order, 2 processes``: two processes at once, each reading its half of every global batch (per process);
 * ``file order``: the same shards read front to back (the ceiling: one decode per row group, nothing skipped);
@@ -84,7 +84,7 @@ def _open(folder: Path):
 
 def hfbert_order(folder: Path, rows: int, batch_size: int, world: int = 1, rank: int = 0) -> float:
     """BatchPlan's order; process ``rank`` of ``world`` reads its slice of each global batch of ``batch_size``."""
-    from hfbert.pretrain.data import BatchPlan
+    from hfbert.pretrain.batches import BatchPlan
 
     corpus, collator = _open(folder)
     plan = BatchPlan(corpus.blocks("train"), batch_size // world, world, 42, 0)
@@ -216,7 +216,7 @@ READERS = [
 def shuffle_quality(folder: Path, batch_size: int, batches: int = 200) -> dict:
     """Mean distinct shards and row groups per global batch: hfbert's order against a uniform draw."""
     from hfbert.data import PreparedCorpus
-    from hfbert.pretrain.data import BatchPlan
+    from hfbert.pretrain.batches import BatchPlan
 
     corpus = PreparedCorpus.open(folder)
     sizes = corpus.blocks("train")

@@ -121,7 +121,7 @@ def training_order(folder: str | Path, count: int, batch_size: int, seed: int = 
     """The first ``count`` micro-batches of hfbert's training order on one process, and the decoded row groups
     the training loop keeps for that order."""
     from hfbert.data import PreparedCorpus
-    from hfbert.pretrain.data import BatchPlan
+    from hfbert.pretrain.batches import BatchPlan
 
     corpus = PreparedCorpus.open(folder)
     plan = BatchPlan(corpus.blocks("train"), batch_size, 1, seed, 0)

@@ -43,8 +43,8 @@ from hfbert import HfBertConfig
 from hfbert.arguments import UsageError
 from hfbert.data import PreparedCorpus
 from hfbert.pretrain import PretrainCallback, PretrainConfig, parse_args, pretrain, resolve_phases
-from hfbert.pretrain.data import baselines as baselines_of
-from hfbert.pretrain.data import corpus_collator, held_out_batches, prepare_in_output_dir
+from hfbert.pretrain.corpora import baselines as baselines_of
+from hfbert.pretrain.corpora import corpus_collator, held_out_batches, prepare_in_output_dir
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL_LENGTH = 128

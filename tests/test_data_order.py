@@ -21,7 +21,7 @@ import torch
 from hfbert.data import DataCollatorForBertPretraining, PreparedCorpus, prepare_corpus
 from hfbert.data.manifest import MANIFEST, Manifest
 from hfbert.data.shards import parquet_bytes, shard_file
-from hfbert.pretrain.data import BatchPlan, ReadAhead, training_batch
+from hfbert.pretrain.batches import BatchPlan, ReadAhead, training_batch
 
 AUSTEN_LINES = 1200
 
@@ -193,11 +193,12 @@ def test_training_batches_are_read_ahead_in_order_and_depend_only_on_their_step(
     ahead = ReadAhead(make, depth=2)
     try:
         for micro in range(6):
-            (batch, counts), waited = ahead.get(micro, [micro + 1, micro + 2])
+            (batch, layout), waited = ahead.get(micro, [micro + 1, micro + 2])
             again, _ = training_batch(corpus, collator, plan, micro, 1)
             assert all(torch.equal(batch[k], again[k]) for k in batch) and waited >= 0
-            assert counts["supervised"] == int((batch["labels"] != -100).sum()) == len(counts["targets"])
-            assert counts["tokens"] == int(batch["attention_mask"].sum())
+            assert layout.supervised == int((batch["labels"] != -100).sum()) == len(layout.targets)
+            assert torch.equal(layout.targets, batch["labels"][batch["labels"] != -100])
+            assert layout.tokens == int(batch["attention_mask"].sum())
     finally:
         ahead.close()
     # Steps 6 and 7 were only queued: closing may cancel them before they start.

@@ -366,11 +366,11 @@ def test_pretrain_checks_the_suite_before_training(suite_file, tmp_path):
 def test_a_run_that_evaluates_a_suite_lets_its_other_processes_wait_for_it(suite_file, tmp_path):
     """While the main process fine-tunes, the others wait in a collective: the process group's timeout (NCCL's
     default is 10 minutes) is raised for a run with a suite, and left alone without one."""
-    from hfbert.pretrain import loop
+    from hfbert.pretrain import plan
 
-    with_suite = loop.make_accelerator(PretrainConfig(output_dir=str(tmp_path / "a"), evaluate_suite=str(suite_file)))
-    assert with_suite.init_handler.timeout == loop.SUITE_WAIT >= timedelta(hours=1)
-    without = loop.make_accelerator(PretrainConfig(output_dir=str(tmp_path / "b")))
+    with_suite = plan.make_accelerator(PretrainConfig(output_dir=str(tmp_path / "a"), evaluate_suite=str(suite_file)))
+    assert with_suite.init_handler.timeout == plan.SUITE_WAIT >= timedelta(hours=1)
+    without = plan.make_accelerator(PretrainConfig(output_dir=str(tmp_path / "b")))
     assert without.init_handler is None
 
 

@@ -13,7 +13,7 @@ from test_pretrain import TINY_MODEL  # noqa: F401
 from hfbert.data import prepare_corpus
 from hfbert.pretrain import pretrain
 from hfbert.pretrain.config import PretrainConfig
-from hfbert.pretrain.data import BUILTIN_CORPUS
+from hfbert.pretrain.corpora import BUILTIN_CORPUS
 
 WORDS = "the a film movie plot was is good bad great dull fine long short story actors music ending".split()
 

@@ -30,7 +30,8 @@ from hfbert.data import CHAPTER_HEADING, PreparedCorpus, prepare_corpus
 from hfbert.optim import create_optimizer, linear_warmup_decay
 from hfbert.pretrain import main, pretrain
 from hfbert.pretrain.config import ConfigError, PretrainConfig, load_config, parse_args, resolve_phases
-from hfbert.pretrain.data import BUILTIN_CORPUS, BatchPlan, Permutation, prepare_source, training_batch
+from hfbert.pretrain.batches import BatchPlan, Permutation, training_batch
+from hfbert.pretrain.corpora import BUILTIN_CORPUS, prepare_source
 from hfbert.pretrain.tracking import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -397,7 +398,7 @@ def test_unwritable_or_occupied_output_folder_fails_clearly(straight_run, prepar
     def read_only(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("hfbert.pretrain.loop.tempfile.mkstemp", read_only)  # a read-only folder (root ignores chmod)
+    monkeypatch.setattr("hfbert.pretrain.plan.tempfile.mkstemp", read_only)  # a read-only folder (root ignores chmod)
     assert main([*args, "--output_dir", str(straight_dir), "--resume"]) == 2
     assert f"output_dir {straight_dir} is not writable: Permission denied" in capsys.readouterr().err
     assert {path.name: _tree_digest(path) for _, path in list_checkpoints(straight_dir)} == before
@@ -539,7 +540,7 @@ def _fail_if_built(*args, **kwargs):
 
 
 def test_prepared_folders_are_checked_against_the_schedule_and_the_model(prepared, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("hfbert.pretrain.data.prepare_corpus", _fail_if_built)
+    monkeypatch.setattr("hfbert.pretrain.corpora.prepare_corpus", _fail_if_built)
     output_dir = tmp_path / "run"
     base = ["--prepared", str(prepared[64]), "--output_dir", str(output_dir), "--preset", "tiny", "--model",
             json.dumps(TINY_MODEL), "--progress_bar", "false", "--report_to", "jsonl", "--max_seq_length", "64"]
@@ -557,6 +558,26 @@ def test_prepared_folders_are_checked_against_the_schedule_and_the_model(prepare
     assert "differs from the vocabulary of the prepared corpus" in capsys.readouterr().err
 
     assert not list_checkpoints(output_dir)  # every check came before the first step
+
+
+@pytest.mark.parametrize("schedule", ["one folder at its own length", "two folders, two phases"])
+def test_each_corpus_of_a_run_is_opened_once(prepared, tmp_path, monkeypatch, schedule):
+    """The plan opens each --prepared folder once, with the real limits, and the phases, the model check and the
+    loop all read that one corpus (a second open, without the limits, once found the length of a lone folder)."""
+    opened = []
+    real_open = PreparedCorpus.open.__func__
+
+    def counting(cls, location, **kwargs):
+        opened.append(str(location))
+        return real_open(cls, location, **kwargs)
+
+    monkeypatch.setattr(PreparedCorpus, "open", classmethod(counting))
+    if schedule == "one folder at its own length":
+        folders, overrides = [prepared[96]], {"max_seq_length": None, "max_steps": 2}
+    else:
+        folders, overrides = list(prepared.values()), {"phases": PHASES}
+    pretrain(PretrainConfig.from_dict(settings(folders, tmp_path / "run", **overrides)))
+    assert sorted(opened) == sorted(str(folder) for folder in folders)
 
 
 def test_prepared_folders_need_one_tokenizer(prepared, corpus, tmp_path, capsys):

@@ -12,7 +12,7 @@ import torch
 from hfbert import HfBertForPreTraining
 from hfbert.data import prepare_corpus
 from hfbert.pretrain import PretrainCallback, PretrainConfig, pretrain
-from hfbert.pretrain.data import BUILTIN_CORPUS
+from hfbert.pretrain.corpora import BUILTIN_CORPUS
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def test_callbacks_steer_evaluation_checkpoints_and_the_stop(folder, tmp_path):
 
 
 def test_a_checkpoint_written_before_the_log_sums_were_renamed_resumes_its_sums():
-    from hfbert.pretrain.loop import LoopState
+    from hfbert.pretrain.plan import LoopState
 
     sums = {"mlm_loss_sum": 3.0, "nsp_loss_sum": 1.0, "mlm_correct": 2.0, "mlm_total": 4.0, "nsp_correct": 1.0,
             "nsp_total": 2.0, "tokens": 50.0}

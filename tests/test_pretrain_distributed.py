@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from hfbert.data import DataCollatorForBertPretraining, PreparedCorpus
 from hfbert.pretrain import PretrainConfig, pretrain
 from hfbert.pretrain.checkpointing import latest_checkpoint
-from hfbert.pretrain.data import BatchPlan, training_batch
+from hfbert.pretrain.batches import BatchPlan, training_batch
 from test_pretrain import (  # noqa: F401  (fixtures)
     TINY_MODEL, assert_same_weights, corpus, logged_steps, one_thread, prepare_folders, settings, write_config)
 
@@ -68,7 +68,7 @@ def test_rows_of_a_step_have_different_masked_counts(folder):
     collator = DataCollatorForBertPretraining(corpus.load_tokenizer())
     plan = BatchPlan(corpus.blocks("train"), 2, 1, 42, 0)  # the finest split below: micro-batches of two rows
     assert plan.batches_per_epoch >= 4 * STEPS  # no epoch boundary inside the comparison
-    counts = [training_batch(corpus, collator, plan, micro, 0)[1]["supervised"] for micro in range(4 * STEPS)]
+    counts = [training_batch(corpus, collator, plan, micro, 0)[1].supervised for micro in range(4 * STEPS)]
     uneven = [len(set(counts[4 * s : 4 * s + 4])) > 1 for s in range(STEPS)]
     assert sum(uneven) >= STEPS // 2, counts
 

@@ -26,7 +26,7 @@ from huggingface_hub import constants
 from safetensors.torch import load_file
 
 import hfbert.optim
-import hfbert.pretrain.loop as loop
+import hfbert.pretrain.plan as plan
 from hfbert.data import prepare_corpus
 from hfbert.hub import HubPushError
 from hfbert.pretrain import TrainingDivergedError, main, pretrain
@@ -44,7 +44,7 @@ from hfbert.pretrain.checkpointing import (
     save_checkpoint,
 )
 from hfbert.pretrain.config import ConfigError, PretrainConfig, command_parser
-from hfbert.pretrain.data import BUILTIN_CORPUS
+from hfbert.pretrain.corpora import BUILTIN_CORPUS
 from hfbert.pretrain.recovery import RECOVERY_CHANGES, LossWatch, last_good_checkpoint, plan_start
 from hfbert.pretrain.tracking import read_jsonl
 
@@ -356,7 +356,7 @@ def test_a_divergence_before_any_good_checkpoint_says_to_start_over(prepared, tm
     command = printed_command(message)
     assert command == ["--config", str(out / "pretrain_config.json"), "--overwrite_output_dir", "true",
                        "--learning_rate", "0.000125"]
-    loop.preflight(command_parser().parse_values(command))  # the command is accepted as it stands
+    plan.preflight(command_parser().parse_values(command))  # the command is accepted as it stands
     diverged = [r for r in read_jsonl(out / "runs" / "metrics.jsonl") if r.get("event") == "diverged"]
     assert [r["step"] for r in diverged] == [3]
 

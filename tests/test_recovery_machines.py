@@ -38,7 +38,7 @@ from hfbert.data import PreparedCorpus
 from hfbert.pretrain import main, pretrain
 from hfbert.pretrain.checkpointing import STATE_FILE, is_complete, list_checkpoints
 from hfbert.pretrain.config import PretrainConfig
-from hfbert.pretrain.data import BatchPlan
+from hfbert.pretrain.batches import BatchPlan
 from hfbert.pretrain.tracking import read_jsonl
 from test_pretrain import (  # noqa: F401  (fixtures)
     TINY_MODEL, assert_same_weights, corpus, logged_steps, one_thread, prepare_folders, settings, write_config)

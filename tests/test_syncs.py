@@ -37,7 +37,8 @@ import hfbert.pretrain.loop
 from hfbert import HfBertConfig, HfBertForPreTraining
 from hfbert.data import PreparedCorpus, PreparedDataError
 from hfbert.pretrain import PretrainCallback, PretrainConfig, pretrain
-from hfbert.pretrain.data import BatchPlan, corpus_collator, host_layout, training_batch
+from hfbert.pretrain.batches import BatchPlan, HostLayout, training_batch
+from hfbert.pretrain.corpora import corpus_collator
 from hfbert.pretrain.loop import StepDataError
 from test_pretrain_callbacks import folder  # noqa: F401  (fixture: nine chapters prepared at length 32)
 
@@ -157,7 +158,7 @@ def test_the_model_reads_nothing_of_a_batch_its_caller_checked_and_laid_out(leng
     batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "labels": labels,
              "attention_mask": (torch.arange(32) < lengths[:, None]).long(),
              "next_sentence_label": torch.zeros(3, dtype=torch.long)}
-    known = host_layout(labels, lengths)
+    known = HostLayout.of(labels, lengths).model_inputs()
     with DeviceReads() as reads:
         model(**batch, **known, inputs_checked=True).loss.backward()
     assert reads.events == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hfbert.pretrain.data import BUILTIN_CORPUS
+from hfbert.pretrain.corpora import BUILTIN_CORPUS
 
 pytest.importorskip("matplotlib")
 

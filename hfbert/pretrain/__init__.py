@@ -1,7 +1,12 @@
 """``hfbert pretrain``: the pretraining job and its parts.
 
 * :mod:`~hfbert.pretrain.config` -- the settings (:class:`PretrainConfig`) and the sequence-length schedule.
-* :mod:`~hfbert.pretrain.data` -- the prepared corpora (built first without ``--prepared``) and the batches.
+* :mod:`~hfbert.pretrain.plan` -- :func:`plan_run`: the settings turned into a :class:`RunPlan` (the corpora, each
+  opened once, the phases, the model, optimizer and schedule), every check done before the first step.
+* :mod:`~hfbert.pretrain.corpora` -- the run's prepared corpora (built first without ``--prepared``), each phase's
+  collator and held-out batches.
+* :mod:`~hfbert.pretrain.batches` -- the batch machinery: rows by index (:class:`BatchPlan`), the host's layout of a
+  batch, reading ahead.
 * :mod:`~hfbert.pretrain.loop` -- the Accelerate training loop and evaluation.
 * :mod:`~hfbert.pretrain.clock` -- the run's clock, and the schedule of a run given a time budget.
 * :mod:`~hfbert.pretrain.command` -- ``hfbert pretrain``: the settings, the job, each failure in one line.
@@ -27,7 +32,8 @@ _EXPORTS = {
     "config": ["ConfigError", "Phase", "PretrainConfig", "load_config", "parse_args", "resolve_phases"],
     "export": ["CURVE_FILE", "LOG_FILE", "METRICS_FILE", "fill_mask_example", "plot_curve"],
     "command": ["main"],
-    "loop": ["CONFIG_FILE", "PretrainResult", "TrainingDivergedError", "preflight", "pretrain"],
+    "loop": ["PretrainResult", "TrainingDivergedError", "pretrain"],
+    "plan": ["CONFIG_FILE", "RunPlan", "plan_run", "preflight"],
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

@@ -14,7 +14,7 @@ from ..hub import DEFAULT_IGNORE_PATTERNS, push_to_hub
 from ..modelcard import write_pretrained_card
 from .checkpointing import DiskFullError, out_of_space, staged_folder
 from .config import PretrainConfig
-from .data import PREPARED_DIR, TrainingData
+from .corpora import PREPARED_DIR, TrainingData
 from .tracking import read_jsonl
 
 __all__ = ["CURVE_FILE", "DOWNSTREAM_CURVE_FILE", "LOG_FILE", "METRICS_FILE", "downstream_records", "export",

@@ -12,7 +12,7 @@ The loop (after transformers' ``run_mlm_no_trainer.py`` and accelerate's ``nlp_e
     -> [resume] -> train (log, evaluate, checkpoint) -> evaluate -> export (save_pretrained, card, curve)
     -> [downstream evaluation, --evaluate_suite] -> push
 
-What makes it exactly resumable: batches come from :class:`~hfbert.pretrain.data.BatchPlan` (rows by arithmetic on
+What makes it exactly resumable: batches come from :class:`~hfbert.pretrain.batches.BatchPlan` (rows by arithmetic on
 the step), dynamic masks drawn row by row from (seed, phase, epoch, row), dropout from generators seeded by (seed,
 step, process) at each step, and a checkpoint on the main process's disk holds model, optimizer, schedule and the
 sums since the last log line (:mod:`~hfbert.pretrain.checkpointing`). A resumed run computes bit for bit what an
@@ -27,53 +27,32 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
-import os
-import shutil
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator
-from accelerate.utils import InitProcessGroupKwargs, TorchDynamoPlugin
 from tqdm.auto import tqdm
 
 from ..data.prepared import PreparedDataError
 from ..data.remote import ShardReadError
 from ..evaluation import evaluate_during_training, evaluate_exported
 from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
-from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
+from .batches import BatchPlan, HostLayout, ReadAhead, stand_in_batch, training_batch
 from .callbacks import CallbackHandler, DefaultSchedule, PretrainCallback, TrainingControl
-from .clock import BUDGET_UNITS, Budget, Clock
 from .checkpointing import from_main, save_checkpoint, seed_step, settle
-from .config import ConfigError, Phase, PretrainConfig, native_mixed_precision, resolve_phases
-from .data import (PREPARED_DIR, BatchPlan, ReadAhead, TrainingData, check_sources, load_training_data,
-                   prepared_lengths, stand_in_batch, training_batch)
-from .host_memory import return_large_blocks
-from .origin import ORIGIN_FILE, Origin, build_model, find_origin, record_origin
-from .recovery import (
-    LossWatch,
-    RunStart,
-    diverged_message,
-    plan_start,
-    prepare_output_dir,
-    record_divergence,
-    resume_run,
-)
+from .clock import Budget, Clock
+from .config import Phase, PretrainConfig
 from .export import LOG_FILE, export, push
-from .tracking import JsonlTracker, accelerate_trackers, start_trackers
+from .host_memory import return_large_blocks
+from .plan import CONFIG_FILE, STATS, RunPlan, plan_run, preflight, tracker_config
+from .recovery import LossWatch, diverged_message, record_divergence
+from .tracking import start_trackers
 
 __all__ = ["PretrainResult", "TrainingDivergedError", "pretrain", "preflight"]
 
-CONFIG_FILE = "pretrain_config.json"
-# Statistics summed over processes each optimizer step (one all-reduce of this small vector). Losses are sums
-# (over supervised tokens, over NSP pairs) so that any run of steps is normalised the way a step is.
-_STATS = ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "mlm_total", "nsp_correct", "nsp_total", "tokens")
 #: Optimizer steps whose micro-batches are read and collated ahead, in a background thread.
 READ_AHEAD_STEPS = 2
 
@@ -112,33 +91,6 @@ class PretrainResult:
     fill_mask: list[dict] = field(default_factory=list)
 
 
-@dataclass
-class LoopState:
-    """Everything the loop carries between steps besides model/optimizer/schedule/RNG (saved in checkpoints)."""
-
-    step: int = 0  # optimizer steps done
-    since_log: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_STATS, 0.0))  # sums since the last log
-    since_log_steps: int = 0
-    since_log_seconds: float = 0.0
-    since_log_data_seconds: float = 0.0  # of since_log_seconds, the time this process's steps waited for their data
-    tokens_seen: int = 0
-    train_seconds: float = 0.0  # summed over every invocation of the run
-    recent_losses: list[float] = field(default_factory=list)  # the losses the spike check compares with
-    history: list[dict] = field(default_factory=list)  # resumes with changed settings (hfbert.pretrain.recovery)
-    phase_starts: list[int] = field(default_factory=lambda: [0])  # a budget run's first step of each phase begun
-
-    @classmethod
-    def from_checkpoint(cls, saved: dict[str, Any], logging_steps: int) -> LoopState:
-        """The state a checkpoint holds; one written before the log sums were named ``since_log`` is read too."""
-        renamed = {"window": "since_log", "window_seconds": "since_log_seconds",
-                   "window_data_seconds": "since_log_data_seconds"}
-        values = {renamed.get(key, key): value for key, value in saved.items()}
-        if "since_log_steps" not in values:  # then the log followed logging_steps alone
-            values["since_log_steps"] = values.get("step", 0) % logging_steps
-        values.get("since_log", {}).pop("time_up", None)
-        return cls(**{key: value for key, value in values.items() if key in cls.__dataclass_fields__})
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # The job
 
@@ -159,24 +111,10 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
     handler = CallbackHandler([DefaultSchedule(config.logging_steps, config.eval_steps, config.save_steps,
                                                config.evaluate_suite_steps), *(callbacks or ())])
     return_large_blocks()  # blocks above a training step's go back to the system when freed (host_memory.py)
-    # One prepared folder trains at its own length; a budget run's phases are shares of its budget (in units).
-    phases = resolve_phases(config, prepared_lengths(config), BUDGET_UNITS if config.budget_minutes else None)
-    accelerator = make_accelerator(config)
-    start = preflight(config, accelerator)  # fresh, or the checkpoint to resume: the same on every process
-    _start_output_dir(config, accelerator, start)
-    lengths = [p.max_seq_length for p in phases]
-    origin = find_origin(config, accelerator, start.resuming, lengths)  # fresh, pretrained or resumed
-    data = load_training_data(config, accelerator, lengths, tokenizer=origin.tokenizer)
-    model = build_model(origin, config, data, model_init)
-    _record_settings(config, accelerator, start, origin)
-    _choose_nsp(config, accelerator, data)
-    optimizer, scheduler = _build_optimizer(config, model)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    # The schedule is stepped here once per optimizer step; accelerate's wrapper would step it once per process.
-    accelerator.register_for_checkpointing(scheduler)
-    state = _resume(start, config, accelerator, model, optimizer, scheduler) if start.resuming else LoopState()
-    start_trackers(accelerator, _tracker_config(config, data))
-    loop = _Loop(config, accelerator, model, optimizer, scheduler, data, phases, state, handler)
+    plan = plan_run(config, model_init)  # accelerator, corpora, phases, model, optimizer, schedule, state
+    accelerator, data, state = plan.accelerator, plan.data, plan.state
+    start_trackers(accelerator, tracker_config(config, data))
+    loop = _Loop(config, plan, handler)
     try:
         stopped_by = loop.run()
         phases = loop.phases_run()  # a budget run's phases as the clock cut them
@@ -190,10 +128,10 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
             metrics["baselines_by_length"] = {str(k): v for k, v in data.stats["baselines_by_length"].items()}
         if not logged:
             accelerator.log({k: v for k, v in metrics.items() if k.startswith("eval_")}, step=state.step)
-        handler("on_train_end", step=state.step, metrics=metrics, model=accelerator.unwrap_model(model))
+        handler("on_train_end", step=state.step, metrics=metrics, model=accelerator.unwrap_model(plan.model))
         result = PretrainResult(Path(config.output_dir), metrics)
-        write = lambda: export(config, accelerator.unwrap_model(model), data, metrics, phases,  # noqa: E731
-                               origin.record)
+        write = lambda: export(config, accelerator.unwrap_model(plan.model), data, metrics, phases,  # noqa: E731
+                               plan.origin.record)
         fill_mask = from_main(accelerator, write)  # every process stops with it on a full disk
         if accelerator.is_main_process:
             result.fill_mask = fill_mask
@@ -208,164 +146,25 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Before any work
-
-
-def _check_writable(output_dir: Path) -> None:
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ConfigError(f"output_dir {output_dir} exists and is not a folder")
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        descriptor, probe = tempfile.mkstemp(prefix=".hfbert-write-test-", dir=output_dir)
-        os.close(descriptor)
-        os.unlink(probe)
-    except OSError as err:
-        raise ConfigError(f"output_dir {output_dir} is not writable: {err.strerror or err}") from None
-
-
-def preflight(config: PretrainConfig, accelerator=None) -> RunStart:
-    """Every check that can fail without doing the work: inputs exist, hardware fits, the output folder is
-    writable and consistent with resume/overwrite. Returns how the run starts (:func:`~hfbert.pretrain.recovery.
-    plan_start`: fresh, or the checkpoint to resume and the changes in force). Raises :class:`ConfigError`.
-
-    With an ``accelerator``, the output folder's verdict is the main process's (the other machines need not see
-    its disk), and every process gets it -- or raises the same error."""
-    check_sources(config)
-    if config.mixed_precision == "fp16" and not torch.cuda.is_available():
-        raise ConfigError("mixed_precision fp16 needs a GPU; use bf16 or no on a CPU")
-    output_dir = Path(config.output_dir)
-    _check_writable(output_dir)
-    plan = lambda: plan_start(config, output_dir / CONFIG_FILE)  # noqa: E731
-    return plan() if accelerator is None else from_main(accelerator, plan)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Setup
-
-
-#: How long the other processes of a run wait in a collective for the main process's downstream evaluation.
-SUITE_WAIT = timedelta(hours=6)
-
-
-def make_accelerator(config: PretrainConfig):
-    output_dir = Path(config.output_dir)
-    # JSON lines always (the curve, the card and a resume read them), then the --report_to trackers of Accelerate.
-    trackers: list[Any] = [JsonlTracker(output_dir / LOG_FILE), *accelerate_trackers(config.report_to)]
-    # Without a GPU, say so: accelerate only sets up multi-process CPU training (gloo) for cpu=True.
-    on_cpu = not (torch.cuda.is_available() or torch.backends.mps.is_available())
-    compiled = None
-    if config.torch_compile:
-        # The supervised rows (and the packed rows) are counted from the data: dynamo traces such counts as symbols
-        # instead of breaking the graph there, and dynamic=True keeps one graph for every batch width.
-        torch._dynamo.config.capture_dynamic_output_shape_ops = True
-        torch._dynamo.config.capture_scalar_outputs = True
-        compiled = TorchDynamoPlugin(backend="inductor", dynamic=True)
-    # While the main process fine-tunes a suite, the others wait for it in a collective, which the process group's
-    # timeout would end (NCCL's default: 10 minutes); a run that evaluates one waits as long as a suite may take.
-    waits = [InitProcessGroupKwargs(timeout=SUITE_WAIT)] if config.evaluate_suite is not None else []
-    accelerator = Accelerator(
-        cpu=on_cpu, mixed_precision=config.mixed_precision, log_with=trackers,
-        project_dir=str(output_dir / "runs"), dynamo_plugin=compiled, kwargs_handlers=waits,
-    )
-    native, why = native_mixed_precision()
-    precision = {"no": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}[config.mixed_precision]
-    accelerator.print(f"precision: {precision} ({why}; --mixed_precision {'no' if native == 'bf16' else 'bf16'} "
-                      f"to choose otherwise)" if config.mixed_precision == native else f"precision: {precision}")
-    return accelerator
-
-
-def _start_output_dir(config: PretrainConfig, accelerator, start: RunStart) -> None:
-    """Clear what a previous run left: for a resume, what a crash left and (resume_from) the abandoned checkpoints;
-    for a fresh run, everything a previous run there wrote that this one replaces."""
-    output_dir = Path(config.output_dir)
-    if accelerator.is_main_process:
-        if start.resuming:
-            prepare_output_dir(config, start)
-        else:
-            for path in output_dir.glob("checkpoint-*"):  # complete or not
-                if path.is_dir():
-                    shutil.rmtree(path)
-            shutil.rmtree(output_dir / PREPARED_DIR, ignore_errors=True)  # prepared again for these settings
-            (output_dir / LOG_FILE).unlink(missing_ok=True)
-            (output_dir / CONFIG_FILE).unlink(missing_ok=True)
-            (output_dir / ORIGIN_FILE).unlink(missing_ok=True)
-    accelerator.wait_for_everyone()
-
-
-def _record_settings(config: PretrainConfig, accelerator, start: RunStart, origin: Origin) -> None:
-    """Mark the folder as holding this run, once the data and the model have passed their checks (a run that
-    stopped at a check leaves nothing a retry must --overwrite)."""
-    if accelerator.is_main_process and not start.resuming:
-        record_origin(origin, config.output_dir)
-        path = Path(config.output_dir) / CONFIG_FILE
-        path.write_text(json.dumps(config.to_dict(), indent=1), encoding="utf-8")
-
-
-#: At least this share of random-B pairs leaves NSP nothing to learn (documents of a single sentence).
-DEGENERATE_NSP = 0.9
-
-
-def _choose_nsp(config: PretrainConfig, accelerator, data: TrainingData) -> None:
-    """``next_sentence_prediction`` left to the data: on, unless nearly every training pair takes a random segment
-    B (its label is then the prior; on such a corpus an NSP head learned in a few steps made the model fine-tune
-    worse, docs/downstream.md). Decided from the manifest, the same on every process and on resume."""
-    if config.next_sentence_prediction is not None:
-        return
-    share = data.stats.get("random_next_fraction")
-    config.next_sentence_prediction = share is None or share < DEGENERATE_NSP
-    if not config.next_sentence_prediction:
-        accelerator.print(f"next sentence prediction: off ({share:.0%} of the training pairs take a random segment "
-                          "B, so NSP has nothing to learn; --next_sentence_prediction true to train it anyway)")
-
-
-def _build_optimizer(config: PretrainConfig, model):
-    optimizer = create_optimizer(
-        model, config.optimizer, lr=config.learning_rate, weight_decay=config.weight_decay,
-        betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon,
-    )
-    # A budget run counts the schedule in BUDGET_UNITS of its budget, set from the clock after each step.
-    total = config.max_steps if config.budget_minutes is None else BUDGET_UNITS
-    warmup = config.warmup_steps if config.warmup_steps is not None else warmup_steps_for(total, config.warmup_ratio)
-    return optimizer, linear_warmup_decay(optimizer, warmup, total)
-
-
-def _resume(start: RunStart, config: PretrainConfig, accelerator, model, optimizer, scheduler) -> LoopState:
-    """Load the planned checkpoint on every process, apply the settings changed for recovery, and cut the log back
-    to its step (lines a killed run wrote after it); see :mod:`~hfbert.pretrain.recovery`."""
-    saved = resume_run(start, accelerator, model, optimizer, scheduler, log_path=Path(config.output_dir) / LOG_FILE)
-    state = LoopState.from_checkpoint(saved, config.logging_steps)
-    accelerator.print(f"resumed from {start.checkpoint} at step {state.step}")
-    return state
-
-
-def _tracker_config(config: PretrainConfig, data: TrainingData) -> dict[str, Any]:
-    """Settings and data statistics as flat scalars (TensorBoard's hparams accept nothing else)."""
-    flat = {}
-    for key, value in {**config.to_dict(), **{f"data_{k}": v for k, v in data.stats.items()}}.items():
-        flat[key] = value if isinstance(value, (int, float, str, bool)) or value is None else json.dumps(value)
-    return flat
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # The loop
 
 
 class _Loop:
     """Train from ``state.step`` to ``max_steps`` (or the time limit): log, evaluate, checkpoint."""
 
-    def __init__(self, config, accelerator, model, optimizer, scheduler, data: TrainingData, phases,
-                 state: LoopState, callbacks: CallbackHandler):
-        self.config, self.accelerator, self.model = config, accelerator, model
+    def __init__(self, config: PretrainConfig, plan: RunPlan, callbacks: CallbackHandler):
+        self.config, self.accelerator, self.model = config, plan.accelerator, plan.model
         self.callbacks = callbacks  # DefaultSchedule first
-        self.optimizer, self.scheduler, self.data = optimizer, scheduler, data
-        self.phases, self.state = phases, state
+        self.optimizer, self.scheduler, self.data = plan.optimizer, plan.scheduler, plan.data
+        self.phases, self.state = plan.phases, plan.state
+        accelerator, model, state, phases = plan.accelerator, plan.model, plan.state, plan.phases
         world, seed = accelerator.num_processes, config.seed
-        self.plans = [BatchPlan(data.corpora[p.max_seq_length].blocks("train"), p.batch_size, world, seed, p.index,
+        self.batch_plans = [BatchPlan(self.data.of(p).corpus.blocks("train"), p.batch_size, world, seed, p.index,
                                 window=config.shuffle_window, accumulation=config.gradient_accumulation_steps)
                       for p in phases]
-        for phase, plan in zip(phases, self.plans):  # each decoded block serves its window, then is dropped
-            corpus = data.corpora[phase.max_seq_length]
-            corpus.set_cache(max(corpus.cached_blocks, plan.cache_blocks))
+        for phase, batches in zip(phases, self.batch_plans):  # each decoded block serves its window, then is dropped
+            corpus = self.data.of(phase).corpus
+            corpus.set_cache(max(corpus.cached_blocks, batches.cache_blocks))
         self.pin_memory = accelerator.device.type == "cuda"
         # hfbert's own model takes where the real tokens and the supervised labels are, found on the host with the
         # batch (a compiled graph runs padded), and has the batch's ids checked there against its config; another
@@ -382,8 +181,8 @@ class _Loop:
         self.last_evaluation: tuple[int, dict] = (-1, {})
         self.last_downstream = -1  # the step of the last downstream evaluation
         self.watch = LossWatch(state.recent_losses, config.loss_spike_factor, config.loss_spike_window)
-        self.budget = None if config.budget_minutes is None else Budget(config.budget_minutes, phases, scheduler,
-                                                                           state.phase_starts)
+        self.budget = None if config.budget_minutes is None else Budget(config.budget_minutes, phases,
+                                                                           self.scheduler, state.phase_starts)
 
     def phase_at(self, step: int) -> Phase:
         if self.budget is not None:
@@ -430,7 +229,7 @@ class _Loop:
             if self.budget is not None and self.budget.follow(stats["clock"], state.step):
                 stats["time_up"] = True
             state.tokens_seen += int(stats["tokens"])
-            for key in _STATS:
+            for key in STATS:
                 state.since_log[key] += stats[key]
             state.since_log_steps += 1
             state.since_log_seconds += stats["seconds"]
@@ -460,7 +259,7 @@ class _Loop:
         The step's MLM loss is the mean over every supervised token of its global batch (all micro-batches on all
         processes), not a mean of per-micro-batch means, so a micro-batch with more masked tokens weighs more and
         the step does not depend on how its batch is split. The micro-batches are collated first (read ahead, see
-        :class:`~hfbert.pretrain.data.ReadAhead`), their supervised counts (counted on the host) are summed over
+        :class:`~hfbert.pretrain.batches.ReadAhead`), their supervised counts (counted on the host) are summed over
         processes in one all-reduce that stays on the device, and each forward divides its token sum by
         ``count / processes`` (DDP then averages the gradients over processes). NSP is the mean over all pairs:
         every micro-batch has the same number of pairs, so each one's mean weighs ``1 / accumulation``.
@@ -482,49 +281,47 @@ class _Loop:
         first = (step - phase.first_step) * accumulation
         device = accelerator.device
         keys = [(phase.index, first + k) for k in range(accumulation)] + self._keys_from(step + 1)
-        batches, counts, data_seconds, failure = [], [], 0.0, None
+        batches, layouts, data_seconds, failure = [], [], 0.0, None
         for k in range(accumulation):
             if failure is None:
                 try:
-                    (batch, host), waited = self.read_ahead.get(keys[k], keys[k + 1 :])
+                    (batch, layout), waited = self.read_ahead.get(keys[k], keys[k + 1 :])
                     data_seconds += waited
                 except DATA_ERRORS as err:  # said after the backward passes, once every process knows
                     failure = err
             if failure is not None:  # the step runs on, to meet the other processes' collectives, and is dropped
-                batch, host = stand_in_batch()
+                batch, layout = stand_in_batch()
             batches.append({name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()})
-            on_device = {name: host[name].to(device, non_blocking=True) for name in ("targets", "positions")}
-            packed = host["packed"] and host["packed"].to(device, non_blocking=True)
-            counts.append({**host, **on_device, "packed": packed})
+            layouts.append(layout.to(device, non_blocking=True))
         # The step's supervised count, summed over processes on the device. The host's numbers go into device tensors
         # as fill values: a copy from (unpinned) host memory would wait for the device.
-        supervised = torch.full((), float(sum(c["supervised"] for c in counts)), dtype=torch.float64, device=device)
+        supervised = torch.full((), float(sum(layout.supervised for layout in layouts)), dtype=torch.float64,
+                                device=device)
         num_items = accelerator.reduce(supervised, "sum").clamp(min=1.0) / accelerator.num_processes
-        totals = torch.zeros(len(_STATS), dtype=torch.float64, device=device)
+        totals = torch.zeros(len(STATS), dtype=torch.float64, device=device)
         for k, batch in enumerate(batches):
             # Gradients are all-reduced only on the last micro-batch of the step.
             sync = contextlib.nullcontext() if k == accumulation - 1 else accelerator.no_sync(self.model)
             with sync:
-                known = ({"packed_rows": counts[k]["packed"], "supervised_positions": counts[k]["positions"],
-                          "inputs_checked": True} if self.takes_layout else {})
+                known = {**layouts[k].model_inputs(), "inputs_checked": True} if self.takes_layout else {}
                 outputs = self.model(**batch, num_items_in_batch=num_items, **known)  # MLM: token sum / num_items
                 nsp_loss = outputs.nsp_loss / accumulation if config.next_sentence_prediction else 0.0
                 accelerator.backward(outputs.mlm_loss + nsp_loss)
-            totals += _batch_stats(outputs, batch, num_items, counts[k])
+            totals += _batch_stats(outputs, batch, num_items, layouts[k])
         # With the statistics: the mean of the processes' clocks (the step's agreed clock) and which processes could
         # not read their rows. One all-reduce, and the step's one read of the device.
         agreed = torch.zeros(1 + accelerator.num_processes, dtype=torch.float64, device=device)
         agreed[0] = clock / accelerator.num_processes
         agreed[1 + accelerator.process_index] = float(failure is not None)
         shared = accelerator.reduce(torch.cat([totals, agreed]), reduction="sum").tolist()
-        failed = [rank for rank, flag in enumerate(shared[len(_STATS) + 1 :]) if flag]
+        failed = [rank for rank, flag in enumerate(shared[len(STATS) + 1 :]) if flag]
         if failed:  # every process stops here, before the update; the first that failed says why
             self.optimizer.zero_grad(set_to_none=True)
             if failure is not None and accelerator.process_index == failed[0]:
                 raise StepDataError(f"step {step + 1}: {failure}") from failure
             raise StoppedByAnotherProcess(f"process {failed[0]} could not read its rows at step {step + 1}")
-        stats: dict[str, Any] = dict(zip(_STATS, shared))
-        stats["clock"] = shared[len(_STATS)]
+        stats: dict[str, Any] = dict(zip(STATS, shared))
+        stats["clock"] = shared[len(STATS)]
         stats["time_up"] = limit is not None and stats["clock"] >= limit
         loss = stats["mlm_loss_sum"] / max(stats["mlm_total"], 1.0)
         if config.next_sentence_prediction:
@@ -557,9 +354,9 @@ class _Loop:
 
     def micro_batch(self, phase: Phase, micro: int) -> tuple[dict[str, torch.Tensor], dict]:
         """This process's share of micro-batch ``micro`` of ``phase``, collated on the host (pinned for a GPU), and
-        its counts (see :func:`~hfbert.pretrain.data.training_batch`); only this process's rows are read."""
-        rank, plan, length = self.accelerator.process_index, self.plans[phase.index], phase.max_seq_length
-        return training_batch(self.data.corpora[length], self.data.collators[length], plan, micro, rank,
+        its layout (see :func:`~hfbert.pretrain.batches.training_batch`); only this process's rows are read."""
+        rank, plan = self.accelerator.process_index, self.batch_plans[phase.index]
+        return training_batch(self.data.of(phase).corpus, self.data.of(phase).collator, plan, micro, rank,
                               pin_memory=self.pin_memory, model_config=self.checked_against)
 
     def _diverged(self, problem: str, loss: float, step: int) -> TrainingDivergedError:
@@ -590,13 +387,13 @@ class _Loop:
             "max_seq_length": self.phase_at(state.step - 1).max_seq_length,
             "train_seconds": self.clock.total(),  # wall clock since the start, evaluations and checkpoints included
             # What the reader holds: decoded row groups (bounded by the shuffle window) and open shard files.
-            "reader_mib": sum(c.held_bytes for c in self.data.corpora.values()) / 2**20,
-            "open_files": sum(c.open_files for c in self.data.corpora.values()),
+            "reader_mib": sum(c.held_bytes for c in self.data.corpora) / 2**20,
+            "open_files": sum(c.open_files for c in self.data.corpora),
         }
         self.accelerator.log(values, step=state.step)
         self.callbacks("on_log", step=state.step, logs=values, control=control or TrainingControl())
         self.data_seconds = values["data_seconds"]
-        state.since_log, state.since_log_steps = dict.fromkeys(_STATS, 0.0), 0
+        state.since_log, state.since_log_steps = dict.fromkeys(STATS, 0.0), 0
         state.since_log_seconds = state.since_log_data_seconds = 0.0
         return values["loss"]
 
@@ -630,8 +427,8 @@ class _Loop:
         phase = self.phase_at(max(self.state.step - 1, 0))
         model = accelerator.unwrap_model(self.model)
         model.eval()
-        totals = torch.zeros(len(_STATS), dtype=torch.float64, device=accelerator.device)
-        batches = self.data.held_out[phase.max_seq_length]
+        totals = torch.zeros(len(STATS), dtype=torch.float64, device=accelerator.device)
+        batches = self.data.of(phase).held_out
         for number in range(accelerator.process_index, len(batches), accelerator.num_processes):
             batch = {k: v.to(accelerator.device) for k, v in batches[number].items()}
             with accelerator.autocast():
@@ -639,7 +436,7 @@ class _Loop:
             totals += _batch_stats(outputs, batch)
         model.train()
         totals = accelerator.reduce(totals.to(accelerator.device), reduction="sum").cpu()
-        s = dict(zip(_STATS, totals.tolist()))
+        s = dict(zip(STATS, totals.tolist()))
         tokens, pairs = max(s["mlm_total"], 1.0), max(s["nsp_total"], 1.0)
         return {  # per supervised token and per pair over the whole held-out set, as in training
             "eval_loss": s["mlm_loss_sum"] / tokens + s["nsp_loss_sum"] / pairs,
@@ -655,18 +452,19 @@ class _Loop:
         self.last_saved = self.state.step
 
 
-def _batch_stats(outputs, batch: dict[str, torch.Tensor], num_items=None, counts: dict | None = None) -> torch.Tensor:
-    """Loss sums, MLM/NSP correct and total counts and real tokens of one micro-batch, as a _STATS vector on the
+def _batch_stats(outputs, batch: dict[str, torch.Tensor], num_items=None,
+                 layout: HostLayout | None = None) -> torch.Tensor:
+    """Loss sums, MLM/NSP correct and total counts and real tokens of one micro-batch, as a STATS vector on the
     batch's device, built without waiting for it. ``num_items``: what the MLM loss was divided by (None: it is the
-    mean over this batch's supervised tokens). ``counts``: the supervised labels (``targets``, on the device) and the
-    numbers counted on the host at collation (:func:`~hfbert.pretrain.data.training_batch`); without them they are
+    mean over this batch's supervised tokens). ``layout``: the batch's :class:`~hfbert.pretrain.batches.HostLayout`
+    (its supervised labels moved to the device, its numbers counted on the host at collation); without it they are
     found on the device (evaluation)."""
     labels = batch["labels"]
-    if counts is None:
+    if layout is None:
         targets = labels[labels != IGNORE_INDEX]  # the rows of prediction_logits, in the same row-major order
         tokens = batch["attention_mask"].sum()
     else:
-        targets, tokens = counts["targets"], counts["tokens"]
+        targets, tokens = layout.targets, layout.tokens
     pairs = batch["next_sentence_label"].numel()
     mlm_correct = (outputs.prediction_logits.argmax(-1) == targets).sum()
     nsp_correct = (outputs.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum()
@@ -680,4 +478,4 @@ def _batch_stats(outputs, batch: dict[str, torch.Tensor], num_items=None, counts
     device = labels.device
     return torch.stack([value.to(torch.float64).reshape(()) if torch.is_tensor(value)
                         else torch.full((), float(value), dtype=torch.float64, device=device)
-                        for value in (values[key] for key in _STATS)])
+                        for value in (values[key] for key in STATS)])

@@ -161,7 +161,7 @@ def build_model(origin: Origin, config: PretrainConfig, data, model_init=None):
         model_config = config.model_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
     else:
         model_config = origin.model_config
-    for corpus in data.corpora.values():
+    for corpus in data.corpora:
         try:
             if origin.tokenizer is not None:
                 check_same_vocabulary(corpus.load_tokenizer(), origin.tokenizer, what=f"the corpus in {corpus.path}",

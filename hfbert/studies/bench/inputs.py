@@ -25,7 +25,7 @@ from ...data import (
     split_sentences,
 )
 from ...data.sources import BUILTIN_CORPUS
-from ...pretrain.data import host_layout
+from ...pretrain.batches import HostLayout
 from ...tokenization import train_wordpiece
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ def pretraining_draw(corpus: BenchCorpus, length: int, batch_size: int, args: Be
         columns = pairs[chosen]
         batch = collator([dict(zip(columns, values)) for values in zip(*columns.values())])
         # What hfbert pretrain finds on the host when it reads a batch (off the step), for the contenders that take it.
-        return {**batch, **host_layout(batch["labels"], batch["attention_mask"].sum(1))}
+        return {**batch, **HostLayout.of(batch["labels"], batch["attention_mask"].sum(1)).model_inputs()}
 
     return draw
 
