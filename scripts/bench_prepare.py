@@ -198,7 +198,7 @@ def run_paired(spec: dict) -> dict:
     from datasets.utils.logging import disable_progress_bar
     from transformers import AutoTokenizer
 
-    from hfbert.data import engines, prepare_corpus, prepared
+    from hfbert.data import engines, prepare_corpus, writer
 
     disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"])
@@ -222,7 +222,7 @@ def run_paired(spec: dict) -> dict:
                     print(json.dumps(pairs[-1]), file=sys.stderr, flush=True)
         return results
 
-    prepared.run_tasks = paired_tasks
+    writer.run_tasks = paired_tasks
     prepare_corpus(spec["corpus"], spec["output"], tokenizer=tokenizer, **SETTINGS)
     shutil.rmtree(spec["output"], ignore_errors=True)
     ratios = sorted(pair["worker_vs_in_process"] for pair in pairs)

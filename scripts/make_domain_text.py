@@ -18,7 +18,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from hfbert.evaluation import load_suite, prepare_task
+from hfbert.evaluation import load_suite, write_task_files
 
 
 def suite_texts(suite_name: str, data_dir: str) -> tuple[list[str], set[str]]:
@@ -30,7 +30,7 @@ def suite_texts(suite_name: str, data_dir: str) -> tuple[list[str], set[str]]:
             if task.type not in ("classification", "regression"):
                 continue
             task = dataclasses.replace(task, max_train_samples=None, max_eval_samples=None)
-            prepared = prepare_task(task, suite, data_dir, Path(scratch) / task.name)
+            prepared = write_task_files(task, suite, data_dir, Path(scratch) / task.name)
             columns = [task.columns[role] for role in ("text", "text_pair") if role in task.columns]
             for path, into in ((prepared.train_file, train), (prepared.validation_file, None)):
                 for line in path.read_text(encoding="utf-8").splitlines():

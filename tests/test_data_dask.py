@@ -15,7 +15,7 @@ import distributed  # the optional extra hfbert[distributed]; the test extra ins
 import pytest
 from datasets.utils.logging import disable_progress_bar
 
-from hfbert.data import prepare_corpus, prepared, shards
+from hfbert.data import prepare_corpus, shards, writer
 from hfbert.data.engines import run_tasks
 from hfbert.data.shards import warm_builder
 
@@ -113,7 +113,7 @@ def _builder(austen, en_tok, tmp_path, monkeypatch, **settings):
     def capture(function, tasks, **kwargs):
         raise _Captured(tasks[0].builder)
 
-    monkeypatch.setattr(prepared, "run_tasks", capture)
+    monkeypatch.setattr(writer, "run_tasks", capture)
     with pytest.raises(_Captured) as captured:
         prepare_corpus(austen, tmp_path / f"out-{len(list(tmp_path.iterdir()))}", tokenizer=en_tok,
                        **{**SETTINGS, **settings})

@@ -1,6 +1,6 @@
-"""Prepared corpora (hfbert.data.prepared): byte ranges of whole documents, byte-identical shards for any num_proc,
-the manifest, random access by row index against load_dataset and streaming, corrupt and missing shards, static
-and dynamic masking, the `hfbert prepare` command and its one-line errors, and the Hub round trip."""
+"""Prepared corpora (hfbert.data.writer, hfbert.data.reader): byte ranges of whole documents, byte-identical shards
+for any num_proc, the manifest, random access by row index against load_dataset and streaming, corrupt and missing
+shards, static and dynamic masking, the `hfbert prepare` command and its one-line errors, and the Hub round trip."""
 
 import errno
 import gzip

@@ -29,7 +29,7 @@ from safetensors.torch import load_file
 
 from hfbert.data import PreparedCorpus, PreparedDataError, prepare_corpus
 from hfbert.data import remote
-from hfbert.data.prepared import push_prepared
+from hfbert.data.writer import push_prepared
 from hfbert.data.remote import RangeCache, ShardReadError, parse_size
 from hfbert.data.sources import BUILTIN_CORPUS
 from hub_server import Fault, HubServer, allow_hub_calls, hub_server  # noqa: F401

@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..hub import HubDownloadError, HubPushError
     from ..inputs import open_binary
     from .manifest import MANIFEST, Manifest
-    from .prepared import prepare_corpus, push_prepared
+    from .writer import prepare_corpus, push_prepared
     from .report import render_report
 
     def run() -> int:

@@ -20,7 +20,7 @@ Where the time goes
     cached fast path for printable-ASCII text); NSP slices, masks and Arrow columns are computed for a whole
     pool at once.  With ``num_proc > 1`` the pools are the units of work of :mod:`hfbert.data.engines`.
 
-This module builds examples in memory (a ``datasets.Dataset``); :mod:`hfbert.data.prepared` builds a corpus of
+This module builds examples in memory (a ``datasets.Dataset``); :mod:`hfbert.data.writer` builds a corpus of
 any size into Parquet shards with the same :class:`PoolBuilder`.
 """
 

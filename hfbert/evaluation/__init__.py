@@ -1,7 +1,8 @@
 """``hfbert evaluate``: what a pretrained model is worth downstream.
 
-* :mod:`~hfbert.evaluation.suites` -- the suite files (the packaged ``glue`` and ``local`` suites, or your own),
-  their checks before any training, and the rows each task's recipe reads;
+* :mod:`~hfbert.evaluation.suites` -- the suite files (the packaged ``glue`` and ``local`` suites, or your own) and
+  their schema; :mod:`~hfbert.evaluation.suite_checks` -- their data checked before any training;
+  :mod:`~hfbert.evaluation.task_files` -- the rows each task's recipe reads;
 * :mod:`~hfbert.evaluation.run` -- the runs (every task once per seed, resumable) and ``hfbert pretrain
   --evaluate_suite`` (:func:`evaluate_exported`);
 * :mod:`~hfbert.evaluation.report` -- the mean and spread over seeds, the table, the figure, the card's
@@ -23,25 +24,24 @@ from .run import (
     main,
     recipe_argv,
 )
+from .suite_checks import check_suite
 from .suites import (
     SUITE_DIR,
     TASK_TYPES,
-    PreparedTask,
     Suite,
     SuiteTask,
     TaskType,
-    check_suite,
     find_suite,
     known_metrics,
     load_suite,
     packaged_suites,
-    prepare_task,
 )
+from .task_files import TaskFiles, write_task_files
 
 __all__ = [
     "METRIC_TYPES", "PLOT_FILE", "RESULTS_FILE", "RESULT_FILE", "SUITE_DIR", "TASK_TYPES", "EvaluateArguments",
-    "EvaluationError", "PreparedTask", "Suite", "SuiteTask", "TaskType", "check_settings", "check_suite",
+    "EvaluationError", "Suite", "SuiteTask", "TaskFiles", "TaskType", "check_settings", "check_suite",
     "eval_results", "evaluate", "evaluate_during_training", "evaluate_exported", "evaluation_dir", "find_suite",
-    "known_metrics", "load_suite", "main", "packaged_suites", "plot_results", "prepare_task", "recipe_argv",
-    "results_table", "summarize", "write_results_card",
+    "known_metrics", "load_suite", "main", "packaged_suites", "plot_results", "recipe_argv", "results_table",
+    "summarize", "write_results_card", "write_task_files",
 ]

@@ -32,11 +32,11 @@ def _spread(values: Mapping[int, float]) -> dict[str, Any]:
 
 
 def summarize(suite: Suite, model: str, seeds: Sequence[int], runs: Mapping[tuple[str, int], dict],
-              prepared: Mapping[str, Any]) -> dict[str, Any]:
+              files: Mapping[str, Any]) -> dict[str, Any]:
     """``results.json``: ``runs`` maps (task, seed) to a run's result (its ``scores``, ``seconds``)."""
     tasks = {}
     for task in suite.tasks:
-        data = prepared[task.name]
+        data = files[task.name]
         tasks[task.name] = {
             "type": task.type, "metric": task.metric, "data": data.source, "train_rows": data.train_rows,
             "validation_rows": data.validation_rows, "learning_rate": task.learning_rate, "epochs": task.epochs,

@@ -29,7 +29,9 @@ from typing import Any
 from ..arguments import CommandParser, run_command
 from ..usage import UsageError
 from .report import plot_results, results_table, summarize, write_results_card
-from .suites import PreparedTask, Suite, SuiteTask, check_suite, data_fingerprint, load_suite, prepare_task
+from .suite_checks import check_suite
+from .suites import Suite, SuiteTask, load_suite
+from .task_files import TaskFiles, data_fingerprint, write_task_files
 
 __all__ = ["PLOT_FILE", "RESULTS_FILE", "RESULT_FILE", "EvaluateArguments", "EvaluationError", "check_settings",
            "command_parser", "evaluate", "evaluate_during_training", "evaluate_exported", "evaluation_dir", "main",
@@ -135,20 +137,20 @@ def evaluate(model: str, suite: str | Path | Suite, *, data_dir: str | Path | No
     from tqdm.auto import tqdm
 
     runs: dict[tuple[str, int], dict] = {}
-    prepared: dict[str, PreparedTask] = {}
+    files: dict[str, TaskFiles] = {}
     bar = tqdm(total=len(suite.tasks) * len(seeds), unit="run", desc="evaluate", disable=not progress)
     for task in suite.tasks:
-        prepared[task.name] = prepare_task(task, suite, data_dir, out / "data" / task.name)
+        files[task.name] = write_task_files(task, suite, data_dir, out / "data" / task.name)
         data_key = data_fingerprint(task, suite, data_dir)
         for seed in seeds:
             bar.set_description(f"{task.name} seed {seed}")
             run_dir = out / "runs" / task.name / f"seed-{seed}"
             key = _run_key(task, seed, model_key, data_key)
             done = _finished(run_dir / RESULT_FILE, key, task) if resume else None
-            runs[task.name, seed] = done or _run(task, seed, model, prepared[task.name], run_dir, key, keep_models)
+            runs[task.name, seed] = done or _run(task, seed, model, files[task.name], run_dir, key, keep_models)
             bar.update()
     bar.close()
-    summary = summarize(suite, model, seeds, runs, prepared)
+    summary = summarize(suite, model, seeds, runs, files)
     summary["output_dir"] = str(out)
     from ..data.shards import write_atomically  # with the data builder (datasets): not for reading the settings
 
@@ -162,7 +164,7 @@ def evaluate(model: str, suite: str | Path | Suite, *, data_dir: str | Path | No
 def check_settings(suite: str | Path | Suite, data_dir: str | Path | None = None,
                    tasks: Sequence[str] | None = None) -> Suite:
     """Every check of an evaluation that needs no model: the suite file, each task's data, columns and metric
-    (:func:`~hfbert.evaluation.suites.check_suite`) and its recipe settings. Returns the suite (cut to
+    (:func:`~hfbert.evaluation.suite_checks.check_suite`) and its recipe settings. Returns the suite (cut to
     ``tasks``); raises UsageError naming the task and the setting."""
     suite = check_suite(suite, data_dir, list(tasks) if tasks else None)
     for task in suite.tasks:
@@ -179,7 +181,7 @@ def _capped(suite: Suite, max_train: int | None, max_eval: int | None) -> Suite:
                             max_eval_samples=cap(t.max_eval_samples, max_eval)) for t in suite.tasks])
 
 
-def recipe_argv(task: SuiteTask, model: str, data: PreparedTask, run_dir: Path, seed: int) -> list[str]:
+def recipe_argv(task: SuiteTask, model: str, data: TaskFiles, run_dir: Path, seed: int) -> list[str]:
     """The recipe command line of one run."""
     argv = ["--model_name_or_path", str(model), "--train_file", str(data.train_file),
             "--validation_file", str(data.validation_file), "--output_dir", str(run_dir), "--seed", str(seed),
@@ -212,7 +214,7 @@ def _check_recipe_settings(task: SuiteTask) -> None:
 
     from ..tasks.runs import ModelArguments
 
-    placeholder = PreparedTask(Path("train.jsonl"), Path("validation.jsonl"), 0, 0, "", ["O"] if task.type == "ner"
+    placeholder = TaskFiles(Path("train.jsonl"), Path("validation.jsonl"), 0, 0, "", ["O"] if task.type == "ner"
                                else None)
     argv = recipe_argv(task, "model", placeholder, Path("unused"), 0)
     parser = _QuietParser(task.kind.recipe, [ModelArguments, _recipe(task).DataArguments, TrainingArguments])
@@ -266,7 +268,7 @@ def _finished(path: Path, key: str, task: SuiteTask) -> dict | None:
     return result
 
 
-def _run(task: SuiteTask, seed: int, model: str, data: PreparedTask, run_dir: Path, key: str,
+def _run(task: SuiteTask, seed: int, model: str, data: TaskFiles, run_dir: Path, key: str,
          keep_models: bool) -> dict:
     """One fine-tuning run; its result is written last and whole."""
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..data.prepared import PreparedDataError
+from ..data.manifest import PreparedDataError
 from ..data.remote import ShardReadError
 from ..evaluation import evaluate_during_training, evaluate_exported
 from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
