@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from .usage import UsageError, check_types, fits_type, load_settings_file
+from .settings import UsageError, check_types, fits_type, load_settings_file
 
 __all__ = ["CommandParser", "UsageError", "check_types", "fits_type", "load_settings_file", "run_command"]
 

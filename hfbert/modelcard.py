@@ -18,7 +18,7 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from .usage import settings_marked
+from .settings import settings_marked
 
 __all__ = [
     "TEMPLATE_DIR",
@@ -104,7 +104,7 @@ def render_pretrained_card(*, config, model_config, stats: dict, metrics: dict, 
                            origin: dict | None = None, downstream: list[dict] | None = None,
                            downstream_curve: Path | None = None) -> ModelCard:
     """The ``ModelCard`` of a finished ``hfbert pretrain`` run (``config``: its settings; ``origin``: for a run
-    continued from a pretrained model, what :mod:`hfbert.pretrain.origin` recorded of it)."""
+    continued from a pretrained model, what :mod:`hfbert.pretrain.model` recorded of it)."""
     data = ModelCardData(
         library_name="transformers",
         license="apache-2.0",

@@ -1,6 +1,8 @@
 """How fast the ``hfbert`` command starts: ``hfbert --help`` against huggingface_hub's ``hf --help``, each
 ``hfbert <command> --help``, and ``hfbert push`` to a Hub that never answers.
 
+Answered in docs/results/cli_start_2026-12-03.md.
+
 Usage: python scripts/bench_cli.py [--repeats 7] [--hub_timeout 10] [--markdown FILE]
 
 Every figure is the wall time of a whole process, from its start to its exit, with its peak resident memory.

@@ -1,6 +1,8 @@
 """How fast training rows come out of a prepared corpus, side by side with the same shards read in file order and
 with MosaicML Streaming on the same rows.
 
+Answered in docs/data.md (the loader).
+
     python scripts/bench_loader.py [--work /tmp/hfbert-corpora] [--megabytes 1000] [--lengths 128 512]
                                    [--rows 300000] [--batch_size 256] [--output figures.json]
 

@@ -1,5 +1,7 @@
 """The hf:// rows of the loader benchmark: hfbert's training order read from a Hub dataset repo, cold cache and warm.
 
+Answered in docs/data.md (the loader).
+
     python scripts/bench_loader_remote.py --prepared DIR [--batches 200] [--batch_size 256] [--startup]
 
 The prepared folder is pushed as a dataset repo to the tests' Hub-protocol server (tests/hub_server.py, run in its

@@ -1,5 +1,7 @@
 """Benchmark `hfbert prepare` on generated English corpora of about 0.25 GB and 1 GB (see scripts/make_corpus.py).
 
+Answered in docs/data.md (build speed and the Dask pairs).
+
     python scripts/bench_prepare.py [--sizes 250 1000] [--corpus_dir DIR] [--json docs/bench_prepare.json]
                                     [--old_rev REV]
 

@@ -1,6 +1,8 @@
 """How `hfbert pretrain --prepared` behaves as the corpus grows: start-up time, step time, the wait for data, and a
 training process's memory.
 
+Answered in docs/pretraining.md and docs/data.md.
+
     python scripts/bench_pretrain_scale.py --work /tmp/bench-pretrain [--megabytes builtin 250 1000] [--steps 500]
                                            [--preset mini] [--batch_size 32] [--output figures.json]
 

@@ -1,5 +1,7 @@
 """What re-padding packed rows for attention costs per training step (the eager and sdpa backends).
 
+Answered in docs/bench.md.
+
     python scripts/bench_repad.py BATCH LENGTH HEADS HEAD_SIZE LAYERS
 
 One layer's re-padding is what ``PackedRows.attention`` adds around the attention product: query, key and value

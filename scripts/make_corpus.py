@@ -1,5 +1,7 @@
 """Generate a large English pretraining corpus from the Austen novels hfbert ships, for benchmarks.
 
+Answered in the corpora behind docs/data.md and docs/pretraining.md (generated, never committed).
+
     python scripts/make_corpus.py OUTPUT.txt --megabytes 1000 [--seed 0] [--extra MORE.txt ...]
 
 How: the shipped corpus (hfbert/corpora/en_austen_6novels.txt.gz) is cut into its chapters (the documents of

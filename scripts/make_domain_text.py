@@ -3,6 +3,8 @@ every text of the suite's classification and regression tasks that is not among 
 plus any other text files given, written one document per line with a blank line between documents (the
 ``sentences`` layout of ``hfbert pretrain --input``).
 
+Answered in the text of docs/downstream.md's in-domain runs.
+
     python scripts/make_domain_text.py --suite local --data_dir DATA --extra tweets.csv:text --output domain.txt
 
 ``--extra FILE[:COLUMN]`` adds a text file (one document per line) or a CSV file's column. The validation rows of the

@@ -1,5 +1,7 @@
 """Wall time to held-out MLM accuracy: ``hfbert pretrain`` against transformers' ``Trainer``.
 
+Answered in docs/time_to_accuracy.md.
+
 Three runs train a model of the same size and vocabulary on the same examples and are scored on the same held-out
 set (length 128, masks fixed once) every ``--eval_steps`` optimizer steps:
 

@@ -161,7 +161,7 @@ def test_the_parser_reads_training_arguments_as_transformers_does():
 
     from hfbert.arguments import CommandParser
     from hfbert.recipes.finetune_classification import DataArguments
-    from hfbert.tasks.runs import ModelArguments
+    from hfbert.tasks.recipe import ModelArguments
 
     def options(parser):
         return {action.option_strings[0]: action for action in parser._actions

@@ -1,5 +1,5 @@
 """Google's original checkpoints, read without TensorFlow: the committed fixture (made by
-scripts/make_google_fixture.py with bert-tensorflow 1.0.4's modeling.py and run_pretraining.py heads, see
+tests/fixtures/make_google_fixture.py with bert-tensorflow 1.0.4's modeling.py and run_pretraining.py heads, see
 tests/fixtures/README.md) reproduces the original's outputs and those of a float64 numpy forward pass, converts to
 hfbert and transformers and back bit for bit, and every kind of damage stops `hfbert convert` with one line and exit
 status 2, leaving nothing behind."""

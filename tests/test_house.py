@@ -212,7 +212,7 @@ LAYERS = [
     # the model: the files that travel to the Hub as remote code, importing only each other
     {"configuration_hfbert", "heads_hfbert", "unpadding_hfbert", "modeling_hfbert"},
     # foundations: settings and errors, the command-line parser, tokenizer and optimizer pieces, metrics, cards
-    {"usage", "arguments", "inputs", "wordpiece", "optim_names", "optim", "tf_checkpoint", "hub_deadlines", "metrics",
+    {"settings", "arguments", "inputs", "wordpiece", "optim_names", "optim", "tf_checkpoint", "hub_deadlines", "metrics",
      "modelcard", "tokenizer_settings", "convert_settings"},
     # models and tokenizers from anywhere: the Hub, conversion, Auto registration, vocabularies
     {"tokenization", "google_checkpoint", "auto", "hub", "convert", "model_source", "vocabulary", ""},
@@ -283,7 +283,7 @@ def test_card_templates_ship_in_the_package():
         template_path("missing.md")
 
 
-# What a setting's field may say of it (hfbert.usage.setting); the lists the code uses are read from these marks.
+# What a setting's field may say of it (hfbert.settings.setting); the lists the code uses are read from these marks.
 SETTING_MARKS = {"help", "aliases", "recorded", "neutral", "resumable", "recoverable", "card", "architecture", "job",
                  "dataset_card", "folder"}
 
@@ -291,7 +291,7 @@ SETTING_MARKS = {"help", "aliases", "recorded", "neutral", "resumable", "recover
 def test_each_setting_is_declared_once_with_what_the_code_needs_to_know_of_it():
     from hfbert.data.settings import ExampleSettings
     from hfbert.pretrain.config import CARD_SETTINGS, RECOVERY_CHANGES, RESUMABLE_CHANGES, TRAJECTORY_NEUTRAL
-    from hfbert.tasks.runs import ModelArguments
+    from hfbert.tasks.recipe import ModelArguments
 
     for settings in (PretrainConfig, ExampleSettings, ModelArguments):
         for f in dataclasses.fields(settings):
@@ -305,7 +305,7 @@ def test_each_setting_is_declared_once_with_what_the_code_needs_to_know_of_it():
     assert not RECOVERY_CHANGES & {"preset", "model", "max_seq_length", "seed", "input", "prepared"}
     # The field helper is defined once, and no module spells a list of setting names of its own.
     helpers = [p for p in PACKAGE.rglob("*.py") if re.search(r"^def _?setting\(", p.read_text(), re.M)]
-    assert [p.relative_to(PACKAGE).as_posix() for p in helpers] == ["usage.py"]
+    assert [p.relative_to(PACKAGE).as_posix() for p in helpers] == ["settings.py"]
 
 
 def _setting_lists(path: Path, names: set[str], root: Path = REPO) -> list[str]:
@@ -331,7 +331,7 @@ def test_no_module_lists_setting_names_of_another_modules_settings(tmp_path):
     that declares the settings may spell several of their names together (its checks); any other module reads the
     marks, so adding a setting touches its field, a test and the docs."""
     from hfbert.data.settings import ExampleSettings
-    from hfbert.tasks.runs import ModelArguments
+    from hfbert.tasks.recipe import ModelArguments
 
     declared = {}
     for settings in (PretrainConfig, ExampleSettings, ModelArguments):

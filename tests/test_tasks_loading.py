@@ -5,7 +5,7 @@ import json
 import pytest
 
 from hfbert.tasks import load_data, render_model_card, write_model_card
-from hfbert.tasks.runs import DEFAULT_CARD_TEMPLATE, ModelArguments, card_metrics, parse_args
+from hfbert.tasks.recipe import DEFAULT_CARD_TEMPLATE, ModelArguments, card_metrics, parse_args
 
 
 def test_load_data_reads_tsv_jsonl_and_saved_datasets(tmp_path):

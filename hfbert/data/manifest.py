@@ -22,7 +22,7 @@ from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from ..usage import settings_marked
+from ..settings import settings_marked
 from .settings import ExampleSettings
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "Manifest", "PreparedDataError", "ShardRecord", "SplitRecord",

@@ -41,7 +41,7 @@ from tokenizers import Tokenizer
 from datasets import Dataset, DatasetInfo, Features, IterableDataset, List, Value
 from datasets.table import InMemoryTable
 
-from ..usage import settings_marked
+from ..settings import settings_marked
 from ..wordpiece import WordCacheEncoder, concat_ranges
 from .documents import ReadStats, split_sentences
 from .engines import run_tasks

@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..usage import UsageError, check_types, setting
+from ..settings import UsageError, check_types, setting
 from .segmenters import JiebaSegmenter, PreSegmented
 from .sources import LAYOUTS, boundary_pattern
 
@@ -69,10 +69,12 @@ class ExampleSettings:
         "static", "static: masks drawn when the examples are built, dupe_factor copies (the original); dynamic: "
                   "the collator draws new masks for every batch", dataset_card=True)
     masked_lm_prob: float = setting(0.15, "share of tokens selected for masked LM", card=True, dataset_card=True)
-    max_predictions_per_seq: int = setting(20, "at most this many masked positions per example", card=True, dataset_card=True)
+    max_predictions_per_seq: int = setting(20, "at most this many masked positions per example", card=True,
+                                           dataset_card=True)
     selection: Literal["fixed", "bernoulli"] = setting(
         "fixed", "fixed: exactly round(length x masked_lm_prob) positions (the original); bernoulli: independent")
-    whole_word_mask: bool = setting(False, "mask whole words (every WordPiece of a chosen word)", card=True, dataset_card=True)
+    whole_word_mask: bool = setting(False, "mask whole words (every WordPiece of a chosen word)", card=True,
+                                    dataset_card=True)
     wwm_per_word_decision: bool = setting(
         True, "whole-word masking: one [MASK]/random/keep decision per word (false: per token, as the original)")
     random_token_ids: Literal["non_special", "any"] = setting(

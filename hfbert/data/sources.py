@@ -23,7 +23,7 @@ import fsspec
 if TYPE_CHECKING:
     from datasets import Dataset
 
-from ..usage import UsageError
+from ..settings import UsageError
 from ..inputs import Rows, Stream, is_url, open_binary, pick_column, text_source
 from .documents import (
     CHAPTER_HEADING,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..arguments import CommandParser, run_command
-from ..usage import UsageError
+from ..settings import UsageError
 from .report import plot_results, results_table, summarize, write_results_card
 from .suite_checks import check_suite
 from .suites import Suite, SuiteTask, load_suite
@@ -212,7 +212,7 @@ def _check_recipe_settings(task: SuiteTask) -> None:
     """The task's recipe command line parses: a bad ``training`` option fails now, not after other tasks trained."""
     from transformers import TrainingArguments
 
-    from ..tasks.runs import ModelArguments
+    from ..tasks.recipe import ModelArguments
 
     placeholder = TaskFiles(Path("train.jsonl"), Path("validation.jsonl"), 0, 0, "", ["O"] if task.type == "ner"
                                else None)

@@ -1,5 +1,5 @@
 """A suite's data checked before any training: every file, split and column a task names, with one
-:class:`~hfbert.usage.UsageError` naming the task and the setting (:func:`check_suite`); where a task's data is
+:class:`~hfbert.settings.UsageError` naming the task and the setting (:func:`check_suite`); where a task's data is
 (:func:`local_files`, :func:`local_copy`)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..usage import UsageError
+from ..settings import UsageError
 from .suites import SUITE_DIR, Suite, SuiteTask, load_suite
 
 __all__ = ["check_suite", "local_copy", "local_files"]

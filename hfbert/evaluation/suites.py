@@ -20,10 +20,10 @@ folder) or from a Hub dataset (``dataset``, ``config``, ``train_split``, ``valid
 from a local copy when ``--data_dir`` holds one at ``<data_dir>/<dataset>/<config>`` (a ``DatasetDict`` written by
 ``save_to_disk``), and from the Hub otherwise.
 
-:func:`load_suite` reads a suite and checks its settings;
-:func:`~hfbert.evaluation.suite_checks.check_suite` then checks its data before any training (a file, a split, a column), raising :class:`~hfbert.usage.UsageError` naming the
-task and the setting; :func:`~hfbert.evaluation.task_files.write_task_files` writes a task's rows (the named
-columns, capped) as the JSONL files that the recipes read.
+:func:`load_suite` reads a suite and checks its settings; :func:`~hfbert.evaluation.suite_checks.check_suite`
+then checks its data before any training (a file, a split, a column), raising :class:`~hfbert.settings.UsageError`
+naming the task and the setting; :func:`~hfbert.evaluation.task_files.write_task_files` writes a task's rows (the
+named columns, capped) as the JSONL files that the recipes read.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from ..usage import UsageError
+from ..settings import UsageError
 
 __all__ = ["SUITE_DIR", "TASK_TYPES", "Suite", "SuiteTask", "TaskType", "find_suite", "known_metrics", "load_suite",
            "packaged_suites"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..usage import UsageError
+from ..settings import UsageError
 from .suite_checks import local_copy, local_files
 from .suites import Suite, SuiteTask
 

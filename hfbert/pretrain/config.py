@@ -20,7 +20,7 @@ from ..arguments import CommandParser, UsageError, fits_type, load_settings_file
 from ..data.remote import DEFAULT_CACHE_LIMIT, parse_size
 from ..data.settings import ExampleSettings
 from ..optim_names import OPTIMIZERS
-from ..usage import setting, settings_marked
+from ..settings import setting, settings_marked
 
 if TYPE_CHECKING:
     from ..configuration_hfbert import HfBertConfig

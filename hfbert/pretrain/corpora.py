@@ -29,7 +29,7 @@ from ..data import DataCollatorForBertPretraining, PreparedCorpus, prepare_corpu
 from ..data.manifest import MANIFEST, Manifest
 from ..data.settings import ExampleSettings
 from ..data.sources import BUILTIN_CORPUS, load_dataset_split
-from ..usage import settings_marked
+from ..settings import settings_marked
 from .batches import PAD_TO_MULTIPLE_OF, collate
 from .config import ConfigError, PretrainConfig
 

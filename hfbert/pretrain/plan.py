@@ -31,8 +31,8 @@ from .clock import BUDGET_UNITS
 from .config import ConfigError, Phase, PretrainConfig, native_mixed_precision, resolve_phases
 from .corpora import PREPARED_DIR, TrainingData, check_sources, load_training_data, open_prepared
 from .export import LOG_FILE
-from .origin import ORIGIN_FILE, Origin, build_model, find_origin, record_origin
-from .recovery import RunStart, plan_start, prepare_output_dir, resume_run
+from .model import ORIGIN_FILE, Origin, build_model, find_origin, record_origin
+from .recovery import RunStart, clear_for_resume, plan_start, resume_run
 from .tracking import JsonlTracker, accelerate_trackers
 
 __all__ = ["CONFIG_FILE", "DEGENERATE_NSP", "STATS", "SUITE_WAIT", "LoopState", "RunPlan", "make_accelerator",
@@ -185,7 +185,7 @@ def _start_output_dir(config: PretrainConfig, accelerator, start: RunStart) -> N
     output_dir = Path(config.output_dir)
     if accelerator.is_main_process:
         if start.resuming:
-            prepare_output_dir(config, start)
+            clear_for_resume(config, start)
         else:
             for path in output_dir.glob("checkpoint-*"):  # complete or not
                 if path.is_dir():

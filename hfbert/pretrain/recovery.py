@@ -64,7 +64,7 @@ __all__ = [
     "effective_settings",
     "last_good_checkpoint",
     "plan_start",
-    "prepare_output_dir",
+    "clear_for_resume",
     "resume_checkpoint",
     "resume_run",
 ]
@@ -273,7 +273,7 @@ def plan_start(config: PretrainConfig, config_path: Path) -> RunStart:
 # Starting: the output folder, loading, applying the changes, the history
 
 
-def prepare_output_dir(config: PretrainConfig, start: RunStart) -> None:
+def clear_for_resume(config: PretrainConfig, start: RunStart) -> None:
     """Main process, before a resumed run trains: clean up what a crash left; when resuming from a chosen
     checkpoint, delete the later ones (the trajectory it abandons); then keep ``keep_last`` checkpoints."""
     output_dir = Path(config.output_dir)

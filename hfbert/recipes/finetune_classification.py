@@ -22,8 +22,8 @@ from ..tasks import (
     encode_labels,
     metrics_for_trainer,
 )
-from ..tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, write_jsonl
-from ..usage import setting
+from ..settings import setting
+from ..tasks.recipe import DataFiles, ModelArguments, finish_run, note, parse_args, write_jsonl
 
 
 @dataclass

@@ -16,8 +16,8 @@ import numpy as np
 from transformers import DataCollatorForMultipleChoice, TrainingArguments, set_seed
 
 from ..tasks import CardKeepingTrainer, check_columns
-from ..tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, write_jsonl
-from ..usage import setting
+from ..settings import setting
+from ..tasks.recipe import DataFiles, ModelArguments, finish_run, note, parse_args, write_jsonl
 
 
 @dataclass

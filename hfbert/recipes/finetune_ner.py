@@ -23,8 +23,8 @@ from ..tasks import (
     merge_word_predictions,
     tokenize_and_align_labels,
 )
-from ..tasks.runs import DataFiles, ModelArguments, finish_run, note, parse_args, write_jsonl
-from ..usage import setting
+from ..settings import setting
+from ..tasks.recipe import DataFiles, ModelArguments, finish_run, note, parse_args, write_jsonl
 
 
 @dataclass

@@ -29,8 +29,8 @@ from ..tasks import (
     prepare_qa_features,
     squad_evaluate,
 )
-from ..tasks.runs import ModelArguments, finish_run, note, parse_args
-from ..usage import setting
+from ..settings import setting
+from ..tasks.recipe import ModelArguments, finish_run, note, parse_args
 
 
 @dataclass

@@ -40,7 +40,7 @@ from .qa import (
     prepare_qa_features,
     synthetic_squad_from_entities,
 )
-from .runs import CardKeepingTrainer
+from .recipe import CardKeepingTrainer
 from .squad_metrics import best_null_threshold, exact_match, f1, normalize_answer, squad_evaluate
 
 __all__ = [

@@ -18,7 +18,7 @@ from typing import Any
 from transformers import Trainer
 
 from ..arguments import CommandParser, UsageError
-from ..usage import setting
+from ..settings import setting
 from ..modelcard import template_path, write_model_card
 from .loading import load_data, load_model, load_tokenizer
 
