@@ -70,3 +70,18 @@ def test_real_documents_train_both_unless_told(chapters, tmp_path):
     assert config.next_sentence_prediction is True
     config, _ = run(chapters, tmp_path / "off", next_sentence_prediction=False)
     assert "| NSP accuracy | not trained (MLM only) |" in (tmp_path / "off" / "README.md").read_text()
+
+
+def test_a_folder_prepared_before_the_instance_counts_trains_with_nsp(snippets, tmp_path):
+    """An older prepared folder's manifest lacks the report's instance counts: it still opens and trains, and NSP is
+    trained (the original), since nothing says its pairs are random."""
+    import json
+    import shutil
+
+    older = tmp_path / "older"
+    shutil.copytree(snippets, older)
+    manifest = json.loads((older / "hfbert_prepare.json").read_text())
+    del manifest["report"]["instances"]
+    (older / "hfbert_prepare.json").write_text(json.dumps(manifest))
+    config, _ = run(older, tmp_path / "run")
+    assert config.next_sentence_prediction is True
