@@ -256,12 +256,13 @@ RESUMABLE_CHANGES = TRAJECTORY_NEUTRAL | frozenset(settings_marked(PretrainConfi
 #: Settings --resume_with_changes may list: they change how the weights move from the checkpoint on, never what the
 #: checkpoint means (the model, the data and the batch plan stay the run's). The mark says where a new value goes
 #: in a resumed run: the optimizer's per-group entries it names and, for "schedule", the learning-rate schedule
-#: (``True``: read afresh each step).
+#: (``True``: nothing is carried over; the resumed run reads the new value where it reads the setting).
 RECOVERY_CHANGES = frozenset(settings_marked(PretrainConfig, "recoverable"))
 _WHERE = {f.name: f.metadata["recoverable"] for f in dataclasses.fields(PretrainConfig)
           if isinstance(f.metadata.get("recoverable"), tuple)}
 #: Each recoverable setting -> the optimizer group entries that hold it.
-OPTIMIZER_GROUP_KEYS = {name: keys for name, where in _WHERE.items() if (keys := tuple(set(where) - {"schedule"}))}
+OPTIMIZER_GROUP_KEYS = {name: keys for name, where in _WHERE.items()
+                        if (keys := tuple(key for key in where if key != "schedule"))}
 #: The recoverable settings the learning-rate schedule is built from.
 SCHEDULE_SETTINGS = frozenset(name for name, where in _WHERE.items() if "schedule" in where)
 #: Hyper-parameters the pretrained model's card shows, in the fields' order.

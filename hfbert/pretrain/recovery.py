@@ -60,11 +60,11 @@ __all__ = [
     "RECOVERY_CHANGES",
     "LossWatch",
     "RunStart",
+    "clear_for_resume",
     "diverged_message",
     "effective_settings",
     "last_good_checkpoint",
     "plan_start",
-    "clear_for_resume",
     "resume_checkpoint",
     "resume_run",
 ]
