@@ -6,7 +6,7 @@ marks them for remote code, so ``save_pretrained`` writes ``auto_map`` and copie
 Two kinds of process import the package without registering, because registering loads torch and transformers'
 modeling (seconds) and they may never need either:
 
-* the ``hfbert`` command itself: its help, a bad setting and ``hfbert push`` answer without torch; every other
+* the ``hfbert`` command itself (also run as ``python -m hfbert.cli``): its help, a bad setting and ``hfbert push`` answer without torch; every other
   command registers the classes once its settings are read (:mod:`hfbert.cli`);
 * a process with ``HFBERT_LAZY_IMPORT=1`` in its environment: the workers of ``hfbert prepare`` (forked with it)
   then import their modules in about a third of the time. A Dask worker started by hand for builds may set it too
@@ -73,10 +73,24 @@ def __dir__() -> list[str]:
 
 
 def _started_as_the_command() -> bool:
-    """The program is the ``hfbert`` console script (``hfbert``; on Windows ``hfbert.exe`` or ``hfbert-script.py``).
-    A script of one's own cannot be named ``hfbert.py``: it would be imported in place of this package."""
+    """The program is the ``hfbert`` console script (``hfbert``; on Windows ``hfbert.exe`` or ``hfbert-script.py``)
+    or ``python -m hfbert.cli``. A script of one's own cannot be named ``hfbert.py``: it would be imported in place
+    of this package."""
     program = (getattr(sys, "argv", None) or [""])[0]
+    if program == "-m":  # python -m MODULE imports MODULE's packages first, with argv[0] "-m"; the interpreter's
+        return _module_run() == f"{__name__}.cli"  # own arguments name MODULE
     return Path(program).stem.removesuffix("-script") == COMMAND
+
+
+def _module_run() -> str | None:
+    """MODULE of ``python [options] -m MODULE ...`` (also written ``-mMODULE``)."""
+    args = getattr(sys, "orig_argv", [])
+    for i, arg in enumerate(args[1:], start=1):
+        if arg == "-m":
+            return args[i + 1] if i + 1 < len(args) else None
+        if arg.startswith("-m"):
+            return arg[2:]
+    return None
 
 
 if os.environ.get(LAZY_IMPORT_ENV) != "1" and not _started_as_the_command():

@@ -100,18 +100,28 @@ def test_push_to_a_silent_hub_loads_nothing_heavy_and_ends_at_its_limit(silent_s
     assert imported == []
 
 
+def _heavy_imports(program: list[str], args: list[str], cwd: Path) -> set[str]:
+    """The heavy modules ``python -X importtime PROGRAM ARGS`` imported; it must print its usage."""
+    done = subprocess.run([sys.executable, "-X", "importtime", *program, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("usage: hfbert"), done.stderr[-2000:]
+    modules = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    return {name for name in modules if name.split(".")[0] in HEAVY}
+
+
 def test_the_installed_console_script_starts_light(tmp_path):
     """The real entry point (pyproject's ``[project.scripts]``), read with ``-X importtime``."""
     script = Path(sys.executable).with_name("hfbert")
     if not script.is_file():
         pytest.skip("the hfbert console script is not installed beside this Python")
     for args in (["--help"], ["pretrain", "--help"]):
-        done = subprocess.run([sys.executable, "-X", "importtime", str(script), *args], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0 and done.stdout.startswith("usage: hfbert"), done.stderr[-2000:]
-        modules = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
-                   if line.startswith("import time:")}
-        assert not {name for name in modules if name.split(".")[0] in HEAVY}, args
+        assert not _heavy_imports([str(script)], args, tmp_path), args
+
+
+@pytest.mark.parametrize("program", [["-m", "hfbert.cli"], ["-mhfbert.cli"], ["-B", "-m", "hfbert.cli"]])
+def test_python_m_hfbert_cli_starts_light(program, tmp_path):
+    for args in (["--help"], ["pretrain", "--help"]):
+        assert not _heavy_imports(program, args, tmp_path), (program, args)
 
 
 def test_a_command_that_works_on_models_registers_the_auto_classes(tmp_path):
