@@ -6,8 +6,8 @@ marks them for remote code, so ``save_pretrained`` writes ``auto_map`` and copie
 Two kinds of process import the package without registering, because registering loads torch and transformers'
 modeling (seconds) and they may never need either:
 
-* the ``hfbert`` command itself (also run as ``python -m hfbert.cli``): its help, a bad setting and ``hfbert push`` answer without torch; every other
-  command registers the classes once its settings are read (:mod:`hfbert.cli`);
+* the ``hfbert`` command itself (also run as ``python -m hfbert.cli``): its help, a bad setting and ``hfbert push``
+  answer without torch; every other command registers the classes once its settings are read (:mod:`hfbert.cli`);
 * a process with ``HFBERT_LAZY_IMPORT=1`` in its environment: the workers of ``hfbert prepare`` (forked with it)
   then import their modules in about a third of the time. A Dask worker started by hand for builds may set it too
   (``HFBERT_LAZY_IMPORT=1 dask worker ...``).
