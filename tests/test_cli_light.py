@@ -109,6 +109,22 @@ def _heavy_imports(program: list[str], args: list[str], cwd: Path) -> set[str]:
     return {name for name in modules if name.split(".")[0] in HEAVY}
 
 
+def test_evaluate_against_a_silent_hub_is_one_line(silent_server, tmp_path):  # noqa: F811
+    """A Hub model id looked up before any training: a Hub that does not answer is a usage error, as for
+    ``hfbert pretrain --init_from``."""
+    rows = [{"text": f"row {i}", "label": i % 2} for i in range(12)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "suite.json").write_text(json.dumps({"name": "one", "tasks": [
+        {"name": "rows", "type": "classification", "file": "rows.jsonl", "validation_rows": 4,
+         "columns": {"text": "text", "label": "label"}, "metrics": ["eval_accuracy"]}]}))
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env.update(HF_ENDPOINT=silent_server.url, HFBERT_HUB_TIMEOUT="2", HF_HOME=str(tmp_path / "hf"))
+    done, _ = run_hfbert(["evaluate", "user/x", "--suite", "suite.json", "--seeds", "1"], tmp_path, env=env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-3000:]
+    assert done.stderr.startswith("hfbert evaluate: error: MODEL user/x: the Hub at "), done.stderr
+    assert "did not answer within 2 s" in done.stderr
+
+
 def test_the_installed_console_script_starts_light(tmp_path):
     """The real entry point (pyproject's ``[project.scripts]``), read with ``-X importtime``."""
     script = Path(sys.executable).with_name("hfbert")

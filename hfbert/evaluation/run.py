@@ -236,11 +236,12 @@ def _model_fingerprint(model: str) -> dict[str, Any]:
     """The model a run fine-tunes, as a resumed evaluation compares it: a folder's config and weight files by
     size and time (a model retrained in place is another model), a Hub id by name. The model is looked up now, so
     a wrong name fails before any training."""
+    from ..hub import HubDownloadError
     from ..model_source import locate
 
     try:
         locate(model)
-    except ValueError as err:  # ModelSourceError: one sentence naming the source
+    except (ValueError, HubDownloadError) as err:  # ModelSourceError, a silent Hub: one sentence naming the source
         raise UsageError(f"MODEL {model}: {err}") from None
     folder = Path(model)
     if not folder.is_dir():
