@@ -156,6 +156,10 @@ class PretrainConfig(ExampleSettings):
     torch_compile: bool = setting(
         False, "compile the model with torch.compile (inductor, dynamic shapes: one graph for every batch width); "
                "the first step takes minutes to compile", resumable=True)
+    gradient_checkpointing: bool = setting(
+        False, "recompute each encoder layer's activations in the backward pass instead of keeping them from the "
+               "forward (activation checkpointing): less memory for a longer sequence or a larger batch, for about a "
+               "third more compute per step; the same losses and gradients", resumable=True, card=True)
     # -- logging, evaluation, checkpoints
     logging_steps: int = setting(10, "optimizer steps between log lines", neutral=True)
     eval_steps: int = setting(250, "optimizer steps between held-out evaluations", neutral=True)

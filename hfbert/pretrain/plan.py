@@ -100,6 +100,8 @@ def plan_run(config: PretrainConfig, model_init=None) -> RunPlan:
     origin = find_origin(config, accelerator, start.resuming, lengths)  # fresh, pretrained or resumed
     data = load_training_data(config, accelerator, lengths, opened=opened, tokenizer=origin.tokenizer)
     model = build_model(origin, config, data, model_init)
+    if config.gradient_checkpointing:
+        _checkpoint_activations(model)
     _record_settings(config, accelerator, start, origin)
     _choose_nsp(config, accelerator, data)
     optimizer, scheduler = _build_optimizer(config, model)
@@ -221,6 +223,15 @@ def _choose_nsp(config: PretrainConfig, accelerator, data: TrainingData) -> None
     if not config.next_sentence_prediction:
         accelerator.print(f"next sentence prediction: off ({share:.0%} of the training pairs take a random segment "
                           "B, so NSP has nothing to learn; --next_sentence_prediction true to train it anyway)")
+
+
+def _checkpoint_activations(model) -> None:
+    """--gradient_checkpointing: each encoder layer keeps only its input in training and runs again in the backward
+    pass (torch's non-reentrant checkpoint, which also replays the layer's dropout)."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ConfigError(f"gradient_checkpointing: the model ({type(model).__name__}, from model_init) does not "
+                          "support it")
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _build_optimizer(config: PretrainConfig, model):
