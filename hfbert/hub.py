@@ -321,7 +321,8 @@ class PushArguments:
     commit_message: str | None = field(default=None, metadata={"help": "the commit's title"})
     hub_timeout: float | None = field(default=None, metadata={
         "help": f"seconds the whole push may take, retries included, plus 1 s per MB to upload (a link slower than "
-                f"1 MB/s needs more); Xet is off, files go over HTTP (default ${TIMEOUT_ENV} or {DEFAULT_TIMEOUT:g})"})
+                f"1 MB/s needs more); a Xet transfer's own bytes are limited only with HF_HUB_DISABLE_XET=1 "
+                f"(default ${TIMEOUT_ENV} or {DEFAULT_TIMEOUT:g})"})
 
     def __post_init__(self) -> None:
         if self.repo_type not in REPO_TYPES:

@@ -11,14 +11,18 @@ transfers included: a deadline fixed when it starts, at the limit plus one secon
 a large transfer at a steady 1 MB/s or more is never cut. No single wait lasts longer than the limit. At the
 deadline the connections still open are shut down (a thread reading or writing one wakes at once), no new request
 starts, and an error answer is not retried when huggingface_hub's pause before the retry would end past it. Xet
-(``hf_xet``) transfers through its own client, which no limit reaches: inside a block Xet is off and files move
-over plain HTTP (LFS).
+(``hf_xet``, huggingface_hub's transfer of large files) moves bytes through its own client, which no hook reaches: the
+limit bounds huggingface_hub's requests around a Xet transfer (the Xet token, the commit), not the transfer itself,
+which ends by hf_xet's own retries and timeouts. For a hard limit on every byte, set ``HF_HUB_DISABLE_XET=1``
+(huggingface_hub then moves files over plain HTTP, under the limit).
 
 The limit is a request hook (with httpcore's ``trace`` extension) and a response hook on huggingface_hub's HTTP
-clients. huggingface_hub replaces its shared client after a refused connection; the replacement comes from the
-client factory, which :func:`hub_timeout` wraps (once, with ``huggingface_hub.set_client_factory``) so that every
-client it makes carries the hooks too. Outside the blocks the hooks do nothing: requests made there are exactly
-huggingface_hub's.
+clients. huggingface_hub replaces its shared client after a refused connection, from its client factory; the first
+block installs (with the public ``huggingface_hub.set_client_factory``) a factory that makes clients like the shared
+client it found -- the same hooks, headers, redirects and timeout -- with the limit's hooks added, so that every
+replacement carries them too. A program that set its own factory earlier keeps those settings, not its transport
+(proxy and certificates then come from the environment, as for huggingface_hub's default client). Outside the blocks
+the hooks do nothing: requests made there are exactly huggingface_hub's.
 
 :mod:`hfbert.hub` runs every Hub call inside :func:`hub_timeout`; :func:`timed_out` and :func:`timeout_sentence`
 turn what a passed deadline raised into the one sentence a user reads.
@@ -34,7 +38,7 @@ import time
 import weakref
 from collections.abc import Iterator
 
-from huggingface_hub import constants, set_client_factory
+from huggingface_hub import get_session, set_client_factory
 
 try:  # the HTTP library of huggingface_hub's clients: httpx2 from huggingface_hub 2, httpx before
     import httpx2 as _httpx
@@ -133,7 +137,6 @@ class _Limit:
 
 _TIMEOUT_LOCK = threading.Lock()
 _active_limits: list[_Limit] = []  # the hub_timeout blocks now open, innermost last
-_saved_xet: list[bool] = []  # huggingface_hub's Xet switch as it was before the first open block
 _LIMITS = "hfbert_limits"  # the request extension that carries the limits a request obeys
 
 
@@ -227,26 +230,26 @@ def _on_answer(response) -> None:
                 raise HubWaitExceeded(response.request, limit.seconds, answer=f"HTTP {response.status_code}")
 
 
-def _with_limit(factory):
-    """``factory`` (huggingface_hub's client factory), making clients that carry the limit's hooks."""
-    def make():
-        client = factory()
-        hooks = client.event_hooks
-        client.event_hooks = {**hooks, "request": [*hooks.get("request", []), _apply_limit],
-                              "response": [*hooks.get("response", []), _on_answer]}
-        return client
+def _limited_factory(template):
+    """A client factory for huggingface_hub: clients made like ``template`` (its hooks, headers, redirects, timeout
+    and use of the environment), with the limit's hooks added."""
+    hooks = {kind: [hook for hook in template.event_hooks.get(kind, []) if hook not in (_apply_limit, _on_answer)]
+             for kind in ("request", "response")}
+    settings = dict(headers=template.headers, follow_redirects=template.follow_redirects,
+                    max_redirects=template.max_redirects, timeout=template.timeout, trust_env=template.trust_env)
 
-    make.hfbert_limited = True
+    def make():
+        return _httpx.Client(**settings, event_hooks={"request": [*hooks["request"], _apply_limit],
+                                                      "response": [*hooks["response"], _on_answer]})
+
     return make
 
 
 def _install_limit() -> None:
-    """Make huggingface_hub's client factory the limited one (once; again after someone else replaced it)."""
-    from huggingface_hub.utils import _http  # the factory in use has no public getter
-
-    factory = getattr(_http, "_GLOBAL_CLIENT_FACTORY", _http.default_client_factory)
-    if not getattr(factory, "hfbert_limited", False):
-        set_client_factory(_with_limit(factory))  # closes the current client; the next one has the hooks
+    """Make huggingface_hub's clients carry the limit's hooks (once; again after someone else set a factory)."""
+    shared = get_session()
+    if _apply_limit not in shared.event_hooks.get("request", []):
+        set_client_factory(_limited_factory(shared))  # closes the shared client; the next one has the hooks
 
 
 @contextlib.contextmanager
@@ -255,16 +258,12 @@ def hub_timeout(timeout: float | None = None, *, transfer_bytes: int = 0) -> Ite
     seconds (see :func:`resolve_timeout`) plus one second per :data:`MIN_TRANSFER_RATE` bytes of ``transfer_bytes``
     (what the block is known to send, e.g. a folder to push) and of every response body received. Retries,
     answers and transfers in progress count; no single wait (to connect, for each read or write) lasts longer than
-    ``timeout``. Xet transfers are off in the block (``hf_xet`` runs its own client, which no limit reaches), so
-    files move over plain HTTP. Yields the seconds. Requests made by other threads while a block is open obey it
-    too; outside the blocks, nothing changes (see the module docstring)."""
+    ``timeout``. The bytes of a Xet transfer are not limited (see the module docstring). Yields the seconds.
+    Requests made by other threads while a block is open obey it too; outside the blocks, nothing changes."""
     seconds = resolve_timeout(timeout)
     limit = _Limit(seconds, transfer_bytes)
     with _TIMEOUT_LOCK:
         _install_limit()
-        if not _active_limits:
-            _saved_xet.append(constants.HF_HUB_DISABLE_XET)
-            constants.HF_HUB_DISABLE_XET = True
         _active_limits.append(limit)
     threading.Thread(target=limit.watch, name="hfbert-hub-deadline", daemon=True).start()
     try:
@@ -273,8 +272,6 @@ def hub_timeout(timeout: float | None = None, *, transfer_bytes: int = 0) -> Ite
         limit.closed.set()
         with _TIMEOUT_LOCK:
             _active_limits.remove(limit)
-            if not _active_limits:
-                constants.HF_HUB_DISABLE_XET = _saved_xet.pop()
 
 
 def timed_out(err: BaseException) -> BaseException | None:
