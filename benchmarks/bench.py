@@ -1,4 +1,6 @@
-"""``hfbert bench``: hfbert against transformers' BERT, side by side, in one process.
+"""hfbert against transformers' BERT, side by side, in one process.
+
+    python benchmarks/bench.py [--quick] [--sections a b c d] [--output bench.json] [--markdown bench.md]
 
 Sections (``--sections a b c d``):
 
@@ -8,7 +10,7 @@ a. pretraining step (forward + backward + AdamW step): tokens/s, peak tensor mem
 b. inference tokens/s, ``HfBertModel`` vs ``transformers.BertModel`` (SDPA), on full-length batches and on
    batches of real sentences padded to the longest in the batch (as ``DataCollatorWithPadding`` does);
 c. data pipeline tokens/s (tokenize + build NSP pairs + mask) for 1 and 2 processes, and for two independent
-   1-process builds started together (what the machine gives two processes; ``hfbert.studies.data_bench``);
+   1-process builds started together (what the machine gives two processes; ``data_bench.py``);
 d. WordPiece training MB/s (``hfbert.tokenization.train_wordpiece``).
 
 In a and b hfbert runs once per attention backend of ``--attn_implementations`` (default sdpa, the row "hfbert";
@@ -58,11 +60,12 @@ no dropout (the row's ``attention_dropout`` is 0).
 
 On CUDA (``--device cuda``) the step runs under bf16 autocast; the JSON then also carries the model FLOPs
 utilisation of each run when ``--peak_tflops`` is given, of the useful work (:func:`.flops.model_flops`: the same
-FLOPs for every contender, as ``scripts/gpu_check.py`` counts them).
+FLOPs for every contender, as ``gpu_check.py`` counts them).
 
 The modules: ``arguments`` (the options, their full-run and ``--quick`` values), ``contenders`` (what each contender
 is, and its models), ``inputs`` (the corpus and the batches), ``harness`` (timing, alternation, memory), ``flops``
-(the FLOP model), ``sections`` (a-d), ``report`` (the tables); this one runs the sections and writes the report.
+(the FLOP model), ``sections`` (a-d), ``report`` (the tables), all in ``side_by_side/``; this script runs the
+sections and writes the report.
 """
 
 from __future__ import annotations
@@ -75,20 +78,17 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from ...arguments import run_command
-from .arguments import BenchArguments, command_parser
-
-__all__ = ["main", "run"]
+from hfbert.arguments import run_command
+from side_by_side.arguments import PROG, BenchArguments, command_parser
 
 
 def run(args: BenchArguments) -> dict:
     """The sections asked for, in order, as one report (machine, settings, corpus, each section's rows)."""
-    # Here, not above: importing this package (for its settings, or `hfbert bench --help`) loads no torch.
     import torch
 
-    from .inputs import LEARNED_VOCAB_SIZE, load_corpus, sentence_draw, uniform_draw
-    from .report import machine, speedups
-    from .sections import bench_inference, bench_pipeline, bench_pretraining, bench_wordpiece
+    from side_by_side.inputs import LEARNED_VOCAB_SIZE, load_corpus, sentence_draw, uniform_draw
+    from side_by_side.report import machine, speedups
+    from side_by_side.sections import bench_inference, bench_pipeline, bench_pretraining, bench_wordpiece
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -142,10 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     args = command_parser().parse(argv)
 
     def body() -> int:
-        from .report import render
+        from side_by_side.report import render
 
         report = run(args)
-        report["command"] = " ".join(["hfbert bench", *(sys.argv[1:] if argv is None else argv)])
+        report["command"] = " ".join([PROG, *(sys.argv[1:] if argv is None else argv)])
         text = render(report)
         print(text)
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.output}")
         return 0
 
-    return run_command("hfbert bench", body)
+    return run_command(PROG, body)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Throughput of the pipeline (tokenize + build + mask), for ``hfbert bench`` and the README figures.
+"""Throughput of the pipeline (tokenize + build + mask), for the bench's section c.
 
 Each measurement runs in a fresh interpreter so that the numbers are not polluted by the caller: the Rust
 tokenizer is pinned to one thread (``RAYON_NUM_THREADS=1``), so ``num_proc`` is the number of cores used.
@@ -21,8 +21,7 @@ from pathlib import Path
 from datasets.utils.logging import disable_progress_bar
 from transformers import AutoTokenizer
 
-from ..data.documents import CHAPTER_HEADING
-from ..data.pipeline import build_pretraining_dataset
+from hfbert.data import CHAPTER_HEADING, build_pretraining_dataset
 
 __all__ = ["measure_concurrent", "measure_pipeline"]
 
@@ -64,7 +63,7 @@ def _command(num_proc, corpus, tokenizer_dir, layout, boundary, dupe_factor, mas
         raise FileNotFoundError(f"corpus not found: {corpus}")
     if not Path(tokenizer_dir).is_dir():
         raise FileNotFoundError(f"tokenizer directory not found: {tokenizer_dir}")
-    return [sys.executable, "-m", "hfbert.studies.data_bench", "--num-proc", str(num_proc), "--corpus", str(corpus),
+    return [sys.executable, __file__, "--num-proc", str(num_proc), "--corpus", str(corpus),
             "--tokenizer", str(tokenizer_dir), "--layout", layout, "--boundary", boundary or "",
             "--dupe-factor", str(dupe_factor), "--masking", masking, "--max-seq-length", str(max_seq_length)]
 
@@ -109,7 +108,7 @@ def _cpu_seconds() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hfbert.studies.data_bench")
+    parser = argparse.ArgumentParser(prog="python benchmarks/data_bench.py")
     parser.add_argument("--num-proc", type=int, default=1)
     parser.add_argument("--corpus", required=True)
     parser.add_argument("--tokenizer", required=True)

@@ -26,8 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("hfbert.convert:main", "convert between hfbert and stock transformers BERT folders"),
     "evaluate": ("hfbert.evaluation:main", "fine-tune a model on a suite of downstream tasks over several seeds "
                                            "and report the scores"),
-    "bench": ("hfbert.studies.bench:main", "benchmark hfbert against transformers side by side"),
-    "robustness": ("hfbert.studies.robustness:main", "evaluate a fine-tuned model under bit-flip fault injection"),
+    "robustness": ("hfbert.robustness:main", "evaluate a fine-tuned model under bit-flip fault injection"),
 }
 
 # subcommand -> module:function returning its settings parser (a CommandParser), for every command that works on
@@ -38,8 +37,7 @@ PARSERS: dict[str, str] = {
     "prepare": "hfbert.data.cli:command_parser",
     "convert": "hfbert.convert_settings:command_parser",
     "evaluate": "hfbert.evaluation.run:command_parser",
-    "bench": "hfbert.studies.bench.arguments:command_parser",
-    "robustness": "hfbert.studies.robustness_settings:command_parser",
+    "robustness": "hfbert.robustness_settings:command_parser",
 }
 
 

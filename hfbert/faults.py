@@ -48,7 +48,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..unpadding_hfbert import attention_backend
+from .unpadding_hfbert import attention_backend
 
 __all__ = [
     "ACTIVATION_SITES",

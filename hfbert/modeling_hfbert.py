@@ -138,7 +138,7 @@ def eager_attention_forward(module: nn.Module, query, key, value, attention_mask
         scores = scores + attention_mask
     probs = scores.softmax(dim=-1)
     # The module's own Dropout (its p is the ``dropout`` the interface passes): a hook on it sees the probabilities,
-    # which is where hfbert.studies.faults injects attention faults, as the original applies dropout to them.
+    # which is where hfbert.faults injects attention faults, as the original applies dropout to them.
     context = module.dropout(probs) @ value  # (B, N, T, H)
     return context.transpose(1, 2).contiguous(), probs
 

@@ -2,7 +2,7 @@
 
 For every injection site (embeddings, encoder, head, ...), every bit class (exponent, mantissa, ...) and every
 bit error rate, the model is evaluated ``trials`` times, each time under a fresh seeded set of bit flips
-(:mod:`hfbert.studies.faults`), and restored bitwise in between. The output folder gets
+(:mod:`hfbert.faults`), and restored bitwise in between. The output folder gets
 
 * ``robustness.csv`` -- one row per (site, bits, ber): mean and std over trials of accuracy and macro-F1, and
   the mean number of flipped bits;
@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from ..arguments import UsageError, run_command
+from .arguments import UsageError, run_command
 from .faults import activation_faults, resolve_bits, resolve_dtype, weight_faults
 from .robustness_settings import RobustnessArguments, command_parser
 
@@ -307,7 +307,7 @@ def plot_curves(
 
 
 # ----------------------------------------------------------------------------------------------------------
-# CLI (the settings: hfbert.studies.robustness_settings)
+# CLI (the settings: hfbert.robustness_settings)
 # ----------------------------------------------------------------------------------------------------------
 
 

@@ -1,6 +1,6 @@
 """The settings of ``hfbert robustness`` (:class:`RobustnessArguments`) and its parser, in a module without torch or
-transformers: ``hfbert robustness --help`` and a bad setting answer before they are loaded. The study itself is
-:mod:`hfbert.studies.robustness`'s.
+transformers: ``hfbert robustness --help`` and a bad setting answer before they are loaded. The command itself is
+:mod:`hfbert.robustness`'s.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ..arguments import CommandParser, UsageError
+from .arguments import CommandParser, UsageError
 
 __all__ = ["SITES", "RobustnessArguments", "RobustnessParser", "command_parser", "split_commas", "words"]
 

@@ -39,7 +39,6 @@ BAD_SETTINGS = {
     "push": (["folder", "user/x", "--hub_timeout", "-1"], "--hub_timeout must be a positive number of seconds"),
     "convert": (["missing", "out"], "source folder missing does not exist"),
     "evaluate": (["model", "--suite", "local", "--max_train_samples", "0"], "--max_train_samples must be >= 1"),
-    "bench": (["--lengths", "4"], "--lengths: every length must be between 8 and 512"),
     "robustness": (["--model", "m", "--data", "d", "--output", "o", "--ber", "2"], "--ber values must be in (0, 1]"),
 }
 
@@ -170,14 +169,6 @@ def test_in_the_command_s_process_a_model_name_registers_on_first_use(tmp_path):
     done = subprocess.run([sys.executable, str(program)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "HfBertConfig"
-
-
-def test_the_settings_modules_name_what_the_heavy_modules_hold():
-    """The light copies of names the settings need, held equal to their sources."""
-    from hfbert.studies.bench.arguments import ATTN_IMPLEMENTATIONS
-    from hfbert.unpadding_hfbert import ATTENTION_BACKENDS
-
-    assert ATTN_IMPLEMENTATIONS == tuple(name for name, b in ATTENTION_BACKENDS.items() if b.kernel is None)
 
 
 def test_the_parser_reads_training_arguments_as_transformers_does():

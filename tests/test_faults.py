@@ -1,4 +1,4 @@
-"""Bit-flip injection (hfbert.studies.faults) and the robustness study CLI (hfbert.studies.robustness).
+"""Bit-flip injection (hfbert.faults) and the robustness command (hfbert robustness: hfbert.robustness).
 
 Tiny BERTs (hidden 32, 2 layers, 4 heads, intermediate 37, vocab 99) so the statistics run in milliseconds.
 """
@@ -13,7 +13,7 @@ from torch import nn
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
 from hfbert import HfBertConfig, HfBertForSequenceClassification
-from hfbert.studies.faults import (
+from hfbert.faults import (
     activation_faults,
     inject_weight_faults,
     resolve_bits,
@@ -22,7 +22,7 @@ from hfbert.studies.faults import (
     select_parameters,
     weight_faults,
 )
-from hfbert.studies.robustness import main as robustness_main
+from hfbert.robustness import main as robustness_main
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=16, num_labels=2)
@@ -386,7 +386,7 @@ def test_robustness_cli_names_a_missing_column_in_one_line(classifier_dir, tmp_p
 def test_error_bars_stay_within_zero_and_one(monkeypatch, tmp_path):
     from matplotlib.axes import Axes
 
-    from hfbert.studies.robustness import clipped_error_bars, plot_curves
+    from hfbert.robustness import clipped_error_bars, plot_curves
 
     bars = clipped_error_bars(np.array([0.05, 0.5, 0.97]), np.array([0.2, 0.1, 0.2]))
     assert np.allclose(bars, [[0.05, 0.1, 0.2], [0.2, 0.1, 0.03]])  # (lower, upper) per point
@@ -400,11 +400,3 @@ def test_error_bars_stay_within_zero_and_one(monkeypatch, tmp_path):
     (y, yerr), = drawn
     assert np.all(y - yerr[0] >= 0.0) and np.all(y + yerr[1] <= 1.0)
     assert np.allclose(yerr, [[0.3, 0.1], [0.1, 0.3]])
-
-
-def test_the_earlier_module_name_is_the_same_module():
-    import hfbert.faults
-    import hfbert.studies.faults
-    from hfbert.faults import weight_faults as old_name
-
-    assert hfbert.faults is hfbert.studies.faults and old_name is weight_faults

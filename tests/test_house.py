@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,13 @@ from hfbert.pretrain.config import PretrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "hfbert"
+BENCHMARKS = REPO / "benchmarks"  # what measures the package, beside it and outside the wheel
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # The product speaks of itself: no issue numbers, no history of the work, no workspace paths
 
-SCANNED = ("hfbert", "recipes", "scripts", "docs", "README.md")
+SCANNED = ("hfbert", "recipes", "benchmarks", "scripts", "docs", "README.md")
 FORBIDDEN = {
     "an issue number": r"\bissues?\s*#?\d+",
     "the issue's goals": r"\bthe issue'?s\b",
@@ -72,7 +74,7 @@ def test_the_product_speaks_only_of_itself():
 
 
 def test_code_comments_quote_no_machine_timings():
-    code = [(f, t) for f, t in _text_files("hfbert", "recipes", "scripts") if f.suffix == ".py"]
+    code = [(f, t) for f, t in _text_files("hfbert", "recipes", "benchmarks", "scripts") if f.suffix == ".py"]
     hits = _hits(code, FORBIDDEN_IN_CODE)
     assert not hits, "timings of one machine belong in docs/:\n" + "\n".join(hits)
 
@@ -221,8 +223,10 @@ LAYERS = [
     # downstream evaluation, then pretraining (which evaluates as it trains)
     {"evaluation"},
     {"pretrain"},
-    # studies and benchmarks of all of it, and the command line's dispatcher
-    {"studies", "faults", "cli"},
+    # bit-error robustness: the fault injector and `hfbert robustness`
+    {"faults", "robustness_settings", "robustness"},
+    # the command line's dispatcher
+    {"cli"},
 ]
 
 
@@ -539,7 +543,9 @@ def installed(tmp_path_factory):
     installed here but not this checkout (whose editable install is a .pth hook the new environment never runs)."""
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"
-    shutil.copytree(PACKAGE, source / "hfbert", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # The package with the benchmarks beside it, as in a checkout: what the wheel leaves out is pyproject's choice.
+    for folder in (PACKAGE, BENCHMARKS):
+        shutil.copytree(folder, source / folder.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "results"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, source / name)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
@@ -569,6 +575,33 @@ def test_the_wheel_ships_the_templates_the_corpus_and_the_metrics(installed):
             "hfbert/corpora/en_austen_6novels.txt.gz", "hfbert/evaluation/suites/glue.yaml",
             "hfbert/evaluation/suites/local.yaml", "hfbert/recipes/finetune_ner.py"} <= names
     assert {f"hfbert/metrics/{name}/{name}.py" for name in hfbert.metrics.NAMES} <= names  # evaluate.load reads them
+
+
+def test_the_wheel_holds_the_package_and_no_benchmark(installed, tmp_path):
+    """The product is the package: what measures it (benchmarks/) stays out of the wheel, and the installed package
+    imports from any folder."""
+    venv, wheel, env = installed
+    names = subprocess.run([sys.executable, "-m", "zipfile", "-l", str(wheel)], capture_output=True, text=True,
+                           check=True).stdout.split()
+    files = [name for name in names if "/" in name]
+    tops = {name.split("/")[0] for name in files}
+    assert "hfbert" in tops and all(top.endswith(".dist-info") for top in tops - {"hfbert"}), tops
+    modules = {name for name in files if name.endswith(".py")}
+    assert modules == {f"hfbert/{p.relative_to(PACKAGE).as_posix()}" for p in PACKAGE.rglob("*.py")}
+    # No benchmark under any name: no file of benchmarks/, no package of studies or benchmarks.
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {archive.read(name) for name in modules}
+    copied = [p.relative_to(REPO).as_posix() for p in BENCHMARKS.rglob("*.py") if p.read_bytes() in shipped
+              and p.stat().st_size > 200]  # an empty __init__ is no code
+    assert not copied, f"benchmark code in the wheel: {copied}"
+    folders = {part for name in modules for part in name.split("/")[:-1]}
+    assert not folders & {"studies", "benchmarks", *(p.parent.name for p in BENCHMARKS.glob("*/__init__.py"))}
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    imported = subprocess.run([venv / "bin" / "python", "-c", "import hfbert; print(hfbert.__file__)"], cwd=work,
+                              env=env, capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    assert Path(imported.stdout.strip()).resolve().is_relative_to(venv.resolve()), imported.stdout
 
 
 def test_every_command_runs_from_the_installed_wheel(installed, tmp_path):

@@ -1,4 +1,4 @@
-"""The settings of ``hfbert bench``: :class:`BenchArguments`, the full-run and ``--quick`` values of the options a
+"""The settings of the bench: :class:`BenchArguments`, the full-run and ``--quick`` values of the options a
 user leaves unset (:data:`DEFAULTS`, :data:`QUICK`), and the parser that reads them (:class:`BenchParser`).
 
 List options take their values separated by spaces (``--presets mini small``), as ``hfbert pretrain``'s do; the
@@ -12,17 +12,19 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...arguments import CommandParser, UsageError
+from hfbert.arguments import CommandParser, UsageError
+from hfbert.unpadding_hfbert import ATTENTION_BACKENDS
+
 from .contenders import BASELINE_ATTENTION, PEERS
 
 # Batch sizes at length 128 that keep one base step within seconds on a small CPU; longer lengths keep the number of
 # tokens per batch (batch * length) about the same.
 DEFAULT_BATCH = {"tiny": 32, "mini": 32, "small": 16, "medium": 16, "base": 8, "large": 4}
+PROG = "python benchmarks/bench.py"  # how its messages name it
 SECTIONS = ("a", "b", "c", "d")
-# Attention backends hfbert can be timed with (--attn_implementations): those of hfbert.unpadding_hfbert's
-# ATTENTION_BACKENDS whose kernel torch itself provides. Named here, not read from that table, because its module
-# loads torch and this one is what `hfbert bench --help` reads; tests/test_cli_light.py holds the two equal.
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
+# Attention backends hfbert can be timed with (--attn_implementations): those of the model's table whose kernel torch
+# itself provides.
+ATTN_IMPLEMENTATIONS = tuple(name for name, backend in ATTENTION_BACKENDS.items() if backend.kernel is None)
 
 # What an option left unset means: the full run's value, or with --quick the value that runs in seconds (tiny models
 # on a slice of the corpus, no compiled contenders). batch_size None: per preset (DEFAULT_BATCH).
@@ -83,7 +85,7 @@ def _list(default, help: str):
 
 @dataclass
 class BenchArguments:
-    """Settings of ``hfbert bench``."""
+    """Settings of the bench (``benchmarks/bench.py``)."""
 
     presets: list[str] | None = field(default=None, metadata={"help": _unset("presets", "model presets")})
     lengths: list[int] | None = field(default=None, metadata={"help": _unset("lengths", "sequence lengths")})
@@ -216,6 +218,6 @@ class BenchArguments:
 
 
 def command_parser() -> BenchParser:
-    """The ``hfbert bench`` parser."""
-    return BenchParser("hfbert bench", BenchArguments,
+    """The bench's parser."""
+    return BenchParser(PROG, BenchArguments,
                        description="hfbert against transformers' BERT, side by side, in one process.")

@@ -1,8 +1,6 @@
-"""The contenders of ``hfbert bench``: what each one is (:class:`ContenderSpec`: library, compiled or not, attention
+"""The contenders of the bench: what each one is (:class:`ContenderSpec`: library, compiled or not, attention
 backend, padding-free), which the code that runs, counts and reports a contender reads instead of its name, and the
-models it runs (the same weights on both sides). What a contender is needs no torch (``hfbert bench --help`` reads
-the names); the functions that build the models import it.
-"""
+models it runs (the same weights on both sides)."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ...configuration_hfbert import HfBertConfig
+    from hfbert import HfBertConfig
 
 # The attention backend transformers runs with; hfbert's row with it is plain "hfbert", and the compiled rows use it.
 BASELINE_ATTENTION = "sdpa"
@@ -59,14 +57,14 @@ class ContenderSpec:
     @property
     def compiles_first(self) -> bool:
         """Whether the contender compiles kernels on its first steps (torch.compile; FlexAttention per shape)."""
-        from ...unpadding_hfbert import ATTENTION_BACKENDS
+        from hfbert.unpadding_hfbert import ATTENTION_BACKENDS
 
         return self.compiled or ATTENTION_BACKENDS[self.backend].compiles_per_shape
 
     @property
     def attention_dropout(self) -> bool:
         """Whether it trains with attention-probability dropout (not with a backend that takes none)."""
-        from ...unpadding_hfbert import ATTENTION_BACKENDS
+        from hfbert.unpadding_hfbert import ATTENTION_BACKENDS
 
         return ATTENTION_BACKENDS[self.backend].dropout_in_training
 
@@ -89,7 +87,7 @@ BASELINE = ContenderSpec("transformers").name
 
 
 def model_config(preset: str, vocab_size: int, quick: bool) -> HfBertConfig:
-    from ...configuration_hfbert import HfBertConfig
+    from hfbert import HfBertConfig
 
     if quick:
         return HfBertConfig(vocab_size=vocab_size, **QUICK_CONFIG)
@@ -123,7 +121,7 @@ def with_attention(model, backend: str):
 def without_attention_dropout(model) -> None:
     """Attention-probability dropout off, for a backend that takes none when training (transformers'
     flex_attention)."""
-    from ...modeling_hfbert import HfBertSelfAttention
+    from hfbert.modeling_hfbert import HfBertSelfAttention
 
     for module in model.modules():
         if isinstance(module, HfBertSelfAttention):

@@ -1,5 +1,5 @@
-"""The FLOP model of a BERT pretraining step (:func:`training_flops`), used for ``hfbert bench``'s work ratio and model
-FLOPs utilisation and by ``scripts/gpu_check.py``: one count, so that the two report the same figure for the same
+"""The FLOP model of a BERT pretraining step (:func:`training_flops`), used for the bench's work ratio and model
+FLOPs utilisation and by ``benchmarks/gpu_check.py``: one count, so that the two report the same figure for the same
 batch.
 """
 

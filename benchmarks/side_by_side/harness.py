@@ -1,4 +1,4 @@
-"""The timing harness of ``hfbert bench``: a :class:`Contender` times one step on the stream's next batch and
+"""The timing harness of the bench: a :class:`Contender` times one step on the stream's next batch and
 records what happened (batch, process memory before and after, graphs compiled); :func:`alternate` runs the
 contenders round by round in alternating order; :func:`paired_speedup` pairs their times; :func:`peak_memory` is a
 step's peak tensor memory.

@@ -1,4 +1,4 @@
-"""The inputs of ``hfbert bench``: the corpus and its tokenizer (:class:`BenchCorpus`), the draws that give a new
+"""The inputs of the bench: the corpus and its tokenizer (:class:`BenchCorpus`), the draws that give a new
 batch every step (NSP pairs masked afresh, sentences padded to the longest, full-length windows), the stream that
 hands every contender the same sequence of batches (:class:`BatchStream`), and what the harness records of a batch.
 """
@@ -17,16 +17,16 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from ...arguments import UsageError
-from ...data import (
+from hfbert import train_wordpiece
+from hfbert.arguments import UsageError
+from hfbert.data import (
     CHAPTER_HEADING,
     DataCollatorForBertPretraining,
     build_pretraining_dataset,
     split_sentences,
 )
-from ...data.sources import BUILTIN_CORPUS
-from ...pretrain.batches import HostLayout
-from ...tokenization import train_wordpiece
+from hfbert.data.sources import BUILTIN_CORPUS
+from hfbert.pretrain.batches import HostLayout
 
 if TYPE_CHECKING:
     from .arguments import BenchArguments

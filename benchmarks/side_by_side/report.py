@@ -1,4 +1,4 @@
-"""The report of ``hfbert bench``: the machine it ran on, the contenders' labels, and the report as Markdown tables
+"""The report of the bench: the machine it ran on, the contenders' labels, and the report as Markdown tables
 (:func:`render`, the same text as on the terminal).
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from ... import __version__
+from hfbert import __version__
 from .contenders import ContenderSpec
 
 

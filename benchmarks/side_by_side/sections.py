@@ -1,4 +1,4 @@
-"""The four sections of ``hfbert bench``: a. the pretraining step (:func:`bench_pretraining`), b. inference
+"""The four sections of the bench: a. the pretraining step (:func:`bench_pretraining`), b. inference
 (:func:`bench_inference`), c. the data pipeline (:func:`bench_pipeline`), d. WordPiece training
 (:func:`bench_wordpiece`). Each builds its contenders, runs them through the harness and returns its report rows.
 """
@@ -14,12 +14,12 @@ from functools import partial
 import torch
 import transformers
 
-from ...arguments import UsageError
-from ...data import CHAPTER_HEADING
-from ...modeling_hfbert import HfBertForPreTraining, HfBertModel
-from ...tokenization import train_wordpiece
-from ...unpadding_hfbert import ATTENTION_BACKENDS
-from .. import data_bench
+import data_bench
+from hfbert import HfBertForPreTraining, HfBertModel, train_wordpiece
+from hfbert.arguments import UsageError
+from hfbert.data import CHAPTER_HEADING
+from hfbert.unpadding_hfbert import ATTENTION_BACKENDS
+
 from .arguments import BenchArguments
 from .contenders import (
     BASELINE,

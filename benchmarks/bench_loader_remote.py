@@ -2,7 +2,7 @@
 
 Answered in docs/data.md (the loader).
 
-    python scripts/bench_loader_remote.py --prepared DIR [--batches 200] [--batch_size 256] [--startup]
+    python benchmarks/bench_loader_remote.py --prepared DIR [--batches 200] [--batch_size 256] [--startup]
 
 The prepared folder is pushed as a dataset repo to the tests' Hub-protocol server (tests/hub_server.py, run in its
 own process on 127.0.0.1, so that serving does not share this process's interpreter), then the same micro-batches
@@ -12,7 +12,7 @@ again with the cache the cold pass filled (a new ``PreparedCorpus``, as a resume
 machine would open it).  ``--startup`` also times ``hfbert pretrain --prepared`` from its start to its first
 logged optimizer step (BERT-Mini, batch 32), from the folder and from hf:// with an empty cache.
 
-:func:`remote_rows` is the measurement itself, for scripts/bench_loader.py to call with its own batches.  The
+:func:`remote_rows` is the measurement itself, for benchmarks/bench_loader.py to call with its own batches.  The
 network is the loopback interface: the figures measure hfbert's side (requests, cache, decode), not a link.
 """
 

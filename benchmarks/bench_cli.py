@@ -1,9 +1,9 @@
 """How fast the ``hfbert`` command starts: ``hfbert --help`` against huggingface_hub's ``hf --help``, each
 ``hfbert <command> --help``, and ``hfbert push`` to a Hub that never answers.
 
-Answered in docs/results/cli_start_2026-12-03.md.
+Answered in benchmarks/results/cli_start_2026-12-03.md.
 
-Usage: python scripts/bench_cli.py [--repeats 7] [--hub_timeout 10] [--markdown FILE]
+Usage: python benchmarks/bench_cli.py [--repeats 7] [--hub_timeout 10] [--markdown FILE]
 
 Every figure is the wall time of a whole process, from its start to its exit, with its peak resident memory.
 ``hfbert --help`` and ``hf --help`` run alternately (the median of --repeats runs each, and their ratio), so that a

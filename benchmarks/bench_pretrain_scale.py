@@ -3,10 +3,10 @@ training process's memory.
 
 Answered in docs/pretraining.md and docs/data.md.
 
-    python scripts/bench_pretrain_scale.py --work /tmp/bench-pretrain [--megabytes builtin 250 1000] [--steps 500]
+    python benchmarks/bench_pretrain_scale.py --work /tmp/bench-pretrain [--megabytes builtin 250 1000] [--steps 500]
                                            [--preset mini] [--batch_size 32] [--output figures.json]
 
-For each size it makes a corpus with scripts/make_corpus.py (the shipped Austen chapters, shuffled and cut into
+For each size it makes a corpus with benchmarks/make_corpus.py (the shipped Austen chapters, shuffled and cut into
 new documents; ``builtin`` is the shipped 4 MB corpus itself), prepares it once with `hfbert prepare` (dynamic
 masking, length 128, a WordPiece vocabulary of 8,000 trained once on the shipped corpus and reused, so every size
 has the same model), then runs `python -m hfbert.pretrain --prepared DIR` for --steps optimizer steps (--preset,
@@ -77,7 +77,7 @@ def prepare(work: Path, size: str, tokenizer: Path) -> Path:
     else:
         corpus, layout = work / f"corpus-{float(size):g}mb.txt", ["--input_layout", "paragraphs"]
         if not corpus.is_file():
-            _run([sys.executable, str(REPO / "scripts" / "make_corpus.py"), str(corpus), "--megabytes", size])
+            _run([sys.executable, str(REPO / "benchmarks" / "make_corpus.py"), str(corpus), "--megabytes", size])
     folder = work / (f"prepared-{float(size):g}mb" if size != "builtin" else "prepared-builtin")
     if not (folder / MANIFEST).is_file():
         started = time.monotonic()

@@ -1,8 +1,8 @@
 """What re-padding packed rows for attention costs per training step (the eager and sdpa backends).
 
-Answered in docs/bench.md.
+Answered in benchmarks/results/bench.md.
 
-    python scripts/bench_repad.py BATCH LENGTH HEADS HEAD_SIZE LAYERS
+    python benchmarks/bench_repad.py BATCH LENGTH HEADS HEAD_SIZE LAYERS
 
 One layer's re-padding is what ``PackedRows.attention`` adds around the attention product: query, key and value
 scattered from (R', N, H) packed rows into the padded (B, N, T, H) layout, and the context gathered back, forward

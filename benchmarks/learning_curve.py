@@ -2,12 +2,12 @@
 
 Runs ``hfbert pretrain`` with ``configs/learning_curve.json`` (sequence length 32, then 64, then 128; held-out
 evaluation every 250 steps at the current phase's length; a 28-minute training budget), then writes
-``docs/learning_curve.png`` and ``docs/learning_curve.json``: held-out MLM and NSP accuracy against wall-clock time
-and step, next to the trivial baselines at the final length (always the most frequent masked token; always the
-majority NSP class), the first evaluation at the final length that reached the target, and the speed.
+``results/learning_curve.png`` and ``results/learning_curve.json`` (under benchmarks/): held-out MLM and NSP
+accuracy against wall-clock time and step, next to the trivial baselines at the final length (always the most
+frequent masked token; always the majority NSP class), the first evaluation at the final length that reached the target, and the speed.
 ``--replot`` rebuilds both files from a finished run without training again.
 
-    OMP_NUM_THREADS=1 python scripts/learning_curve.py [--config configs/learning_curve.json] [--docs docs]
+    OMP_NUM_THREADS=1 python benchmarks/learning_curve.py [--config FILE.json] [--docs FOLDER]
 
 On a machine shared with other jobs, one thread per process is faster than torch's default (its threads spin while
 waiting for each other). Extra ``--key value`` pairs override the config (e.g. ``--max_time_minutes 5``).
@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     from hfbert.pretrain.tracking import read_jsonl
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default=str(REPO / "configs" / "learning_curve.json"))
-    parser.add_argument("--docs", default=str(REPO / "docs"))
+    parser.add_argument("--config", default=str(REPO / "benchmarks" / "configs" / "learning_curve.json"))
+    parser.add_argument("--docs", default=str(REPO / "benchmarks" / "results"))
     parser.add_argument("--replot", action="store_true",
                         help="do not train: rebuild the docs from the finished run in the config's output_dir")
     args, rest = parser.parse_known_args(argv)

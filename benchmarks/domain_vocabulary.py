@@ -2,10 +2,10 @@
 entries learned from a domain text, then held-out MLM accuracy and the local suite's sentiment score after the same
 continued pretraining with the new rows started by FVT, by mean resizing, and (for reference) with no new entries.
 
-Answered in docs/results/domain_vocabulary_2026-12-03.md, summarised in docs/pretraining.md.
+Answered in benchmarks/results/domain_vocabulary_2026-12-03.md, summarised in docs/pretraining.md.
 
-    python scripts/domain_vocabulary.py DOMAIN.txt --tokens_only                   # part 1: minutes on one core
-    python scripts/domain_vocabulary.py DOMAIN.txt --data_dir DATA --steps 1000    # parts 1 and 2: hours on a CPU
+    python benchmarks/domain_vocabulary.py DOMAIN.txt --tokens_only                   # part 1: minutes on one core
+    python benchmarks/domain_vocabulary.py DOMAIN.txt --data_dir DATA --steps 1000    # parts 1 and 2: hours on a CPU
 
 DOMAIN.txt is one text per line (blank lines are skipped). Every tenth text is held out: the vocabulary is learned
 from the rest and the continued pretraining reads the rest, while tokens per word are measured on both. DATA holds

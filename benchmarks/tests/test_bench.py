@@ -1,5 +1,5 @@
-"""`hfbert bench --quick`: what it measures on (changing batches, the same for every contender), the report's rows,
-and the measuring tools. No timing assertions: the machine is shared."""
+"""`python benchmarks/bench.py --quick`: what it measures on (changing batches, the same for every contender), the
+report's rows, and the measuring tools. No timing assertions: the machine is shared."""
 
 import json
 import math
@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
+import bench
+from hfbert import HfBertConfig
 from hfbert.arguments import UsageError
-from hfbert.configuration_hfbert import HfBertConfig
-from hfbert.studies import bench
-from hfbert.studies.bench import arguments, flops, harness, inputs, sections
-from hfbert.studies.bench.contenders import PEERS, ContenderSpec, model_config
-from hfbert.studies.bench.report import render
+from side_by_side import arguments, flops, harness, inputs, sections
+from side_by_side.contenders import PEERS, ContenderSpec, model_config
+from side_by_side.report import render
 
 
 def _positive_finite(value):
@@ -44,7 +44,7 @@ def test_every_timed_step_gets_a_new_batch_the_same_for_every_contender(quick_re
 
 def test_report_has_a_ratio_row_for_each_peer(quick_report):
     report = quick_report
-    assert report["command"].startswith("hfbert bench --quick")
+    assert report["command"].startswith("python benchmarks/bench.py --quick")
     assert report["machine"]["torch"] == torch.__version__
     assert "shipped with hfbert" in report["corpus"]["name"]
     assert [(r["preset"], r["length"]) for r in report["pretraining"]] == [("mini", 16), ("mini", 32)]
@@ -124,7 +124,7 @@ def test_an_unknown_attention_backend_is_refused_by_name(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         bench.main(["--attn_implementations", "sdpa", "flash_attn", "--output", str(tmp_path / "never.json")])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.startswith("hfbert bench: error: --attn_implementations")
+    assert exit_.value.code == 2 and err.startswith(f"{arguments.PROG}: error: --attn_implementations")
     assert "'flash_attn'" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "never.json").exists()
 
@@ -221,13 +221,13 @@ def test_bad_options_are_one_line_errors(tmp_path, capsys):
         with pytest.raises(SystemExit) as exit_:
             bench.main([*options, "--output", str(tmp_path / "never.json")])
         err = capsys.readouterr().err
-        assert exit_.value.code == 2 and err.startswith("hfbert bench: error: ") and message in err, err
+        assert exit_.value.code == 2 and err.startswith(f"{arguments.PROG}: error: ") and message in err, err
         assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "never.json").exists()
 
 
 def _parse(*options):
-    return arguments.BenchParser("hfbert bench", arguments.BenchArguments).parse_values(list(options))
+    return arguments.BenchParser(arguments.PROG, arguments.BenchArguments).parse_values(list(options))
 
 
 def test_list_options_take_words_and_the_comma_form():
@@ -272,10 +272,10 @@ def test_pipeline_section_reports_the_data_measurement(monkeypatch, tmp_path):
         return [{"num_proc": 1, "wall_s": 1.0 + 0.25 * k, "cpu_s": 1.0, "tokens": 1000, "instances": 10,
                  "tokens_per_s": 1000.0, "tokens_per_cpu_s": 1000.0} for k in range(copies)]
 
-    import hfbert.studies.data_bench
+    import data_bench
 
-    monkeypatch.setattr(hfbert.studies.data_bench, "measure_pipeline", fake_measure)
-    monkeypatch.setattr(hfbert.studies.data_bench, "measure_concurrent", fake_concurrent)
+    monkeypatch.setattr(data_bench, "measure_pipeline", fake_measure)
+    monkeypatch.setattr(data_bench, "measure_concurrent", fake_concurrent)
     corpus = inputs.BenchCorpus(tmp_path / "c.txt", "c.txt", None, tmp_path, "sentences", None)
     rows = sections.bench_pipeline(corpus, arguments.BenchArguments(quick=True, repeats=3))
     assert calls == [1, 2, "1+1", "1+1", 2, 1, 1, 2, "1+1"]  # alternating rounds
@@ -289,13 +289,13 @@ def test_pipeline_section_reports_the_data_measurement(monkeypatch, tmp_path):
 
 
 def test_pipeline_failure_is_a_not_available_row(monkeypatch, tmp_path):
-    import hfbert.studies.data_bench
+    import data_bench
 
     def broken(*args, **kwargs):
         raise RuntimeError("no corpus")
 
-    monkeypatch.setattr(hfbert.studies.data_bench, "measure_pipeline", broken)
-    monkeypatch.setattr(hfbert.studies.data_bench, "measure_concurrent", broken)
+    monkeypatch.setattr(data_bench, "measure_pipeline", broken)
+    monkeypatch.setattr(data_bench, "measure_concurrent", broken)
     corpus = inputs.BenchCorpus(tmp_path / "c.txt", "c.txt", None, tmp_path, "sentences", None)
     rows = sections.bench_pipeline(corpus, arguments.BenchArguments(quick=True))
     assert [r["available"] for r in rows] == [False, False, False] and "no corpus" in rows[0]["reason"]

@@ -1,4 +1,4 @@
-"""scripts/time_to_accuracy.py for a few steps on a tiny corpus and model: the files it writes hold what they claim."""
+"""benchmarks/time_to_accuracy.py for a few steps on a tiny corpus and model: the files it writes hold what they claim."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hfbert.pretrain.corpora import BUILTIN_CORPUS
 
 pytest.importorskip("matplotlib")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "time_to_accuracy.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "time_to_accuracy.py"
 
 
 def _script(*args: str) -> subprocess.CompletedProcess:

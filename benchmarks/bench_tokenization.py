@@ -2,7 +2,7 @@
 
 Answered in docs/tokenization.md.
 
-Usage: python scripts/bench_tokenization.py [--corpus FILE.txt] [--vocab_size 8000] [--repeats 2]
+Usage: python benchmarks/bench_tokenization.py [--corpus FILE.txt] [--vocab_size 8000] [--repeats 2]
 The corpus defaults to the Austen novels shipped with hfbert. Prints MB/s of UTF-8 input per num_proc (best of
 --repeats runs), for the exact `tokenizers` pipeline (special tokens on) and for the word-cache fast path that
 tokenize_dataset takes for plain ids.
@@ -39,7 +39,7 @@ class BenchSettings:
 
 
 def main() -> None:
-    args = CommandParser("python scripts/bench_tokenization.py", BenchSettings, description=__doc__).parse()
+    args = CommandParser("python benchmarks/bench_tokenization.py", BenchSettings, description=__doc__).parse()
     torch.set_num_threads(1)
     datasets.disable_progress_bars()
     lines = read_lines(args.corpus)

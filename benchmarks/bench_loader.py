@@ -3,10 +3,10 @@ with MosaicML Streaming on the same rows.
 
 Answered in docs/data.md (the loader).
 
-    python scripts/bench_loader.py [--work /tmp/hfbert-corpora] [--megabytes 1000] [--lengths 128 512]
+    python benchmarks/bench_loader.py [--work /tmp/hfbert-corpora] [--megabytes 1000] [--lengths 128 512]
                                    [--rows 300000] [--batch_size 256] [--output figures.json]
 
-For each length, the corpus (``corpus-1gb.txt`` from scripts/make_corpus.py, made when missing) is prepared once
+For each length, the corpus (``corpus-1gb.txt`` from benchmarks/make_corpus.py, made when missing) is prepared once
 into ``WORK/prepared-LENGTH`` (static masks, one duplication pass, reused when present). Each reader then yields
 ``--rows`` rows in batches of ``--batch_size``, as numpy arrays collated into the batch the model takes (padding,
 attention mask, labels), and reports rows per second:
@@ -51,7 +51,7 @@ STREAMING = "mosaicml-streaming==0.13.0"
 def corpus_file(work: Path, megabytes: float) -> Path:
     path = work / ("corpus-1gb.txt" if megabytes == 1000 else f"corpus-{megabytes:g}mb.txt")
     if not path.is_file():
-        subprocess.run([sys.executable, str(REPO / "scripts" / "make_corpus.py"), str(path), "--megabytes",
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_corpus.py"), str(path), "--megabytes",
                         str(megabytes)], check=True)
     return path
 
@@ -105,7 +105,7 @@ def hfbert_order_processes(folder: Path, rows: int, batch_size: int, world: int 
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from bench_loader import hfbert_order; from pathlib "
             "import Path; print(hfbert_order(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), "
             "int(sys.argv[5]), int(sys.argv[6])))")
-    processes = [subprocess.Popen([sys.executable, "-c", code, str(REPO / "scripts"), str(folder), str(rows),
+    processes = [subprocess.Popen([sys.executable, "-c", code, str(REPO / "benchmarks"), str(folder), str(rows),
                                    str(batch_size), str(world), str(rank)], stdout=subprocess.PIPE, text=True)
                  for rank in range(world)]
     figures = [float(p.communicate()[0].strip().splitlines()[-1]) for p in processes]

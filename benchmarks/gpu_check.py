@@ -1,9 +1,9 @@
 """The model on one GPU: bf16 pretraining steps and mixed-length inference, each attention backend against
 transformers' BERT, with model FLOPs utilisation. Written for one H100/H200, under 8 minutes.
 
-Answered in docs/bench.md (GPU).
+Answered in benchmarks/results/bench.md (GPU).
 
-    bash scripts/gpu_check.sh --peak_tflops 989 --output gpu_check.json
+    bash benchmarks/gpu_check.sh --peak_tflops 989 --output gpu_check.json
 
 Pretraining (BERT-Base, vocabulary 30522, bf16 autocast over float32 weights, fused AdamW, a fresh batch every step:
 full rows except 10% shorter ones, 15% of the tokens masked): hfbert with every backend of
@@ -19,7 +19,7 @@ Before timing, two checks: the precision ``hfbert pretrain`` chooses by default 
 computes it natively), and the packed path on every backend: one fp32 pretraining step's loss and gradients with
 packed rows against the same step computed on every padding position.
 
-Model FLOPs are ``hfbert.studies.bench.flops.model_flops``, the FLOP model ``hfbert bench`` uses: the work of the
+Model FLOPs are ``side_by_side.flops.model_flops``, the FLOP model the bench (``bench.py``) uses: the work of the
 original model on the real tokens (the encoder on every real token, attention over the real tokens of each row, the
 MLM head on the supervised positions, forward + backward = 3 x forward), the same figure for every row, so MFU
 ratios are speed ratios. The JSON holds every row's median step time, tokens/s, MFU, peak memory and loss.
@@ -45,7 +45,7 @@ import transformers
 from hfbert import HfBertConfig, HfBertForPreTraining, HfBertModel, unpadding_hfbert
 from hfbert.arguments import CommandParser, UsageError, run_command
 from hfbert.pretrain.config import PretrainConfig, native_mixed_precision
-from hfbert.studies.bench.flops import model_flops
+from side_by_side.flops import model_flops
 from hfbert.unpadding_hfbert import ATTENTION_BACKENDS
 
 PROG = "gpu_check"

@@ -1,12 +1,12 @@
 """Wall time to held-out MLM accuracy: ``hfbert pretrain`` against transformers' ``Trainer``.
 
-Answered in docs/time_to_accuracy.md.
+Answered in benchmarks/results/time_to_accuracy.md.
 
 Three runs train a model of the same size and vocabulary on the same examples and are scored on the same held-out
 set (length 128, masks fixed once) every ``--eval_steps`` optimizer steps:
 
-* ``a``: ``hfbert pretrain`` with the recipe of ``--config`` (``configs/time_to_accuracy.json``): HfBertForPreTraining
-  in hfbert's loop, its length schedule, optimizer and precision;
+* ``a``: ``hfbert pretrain`` with the recipe of ``--config`` (``benchmarks/configs/time_to_accuracy.json``):
+  HfBertForPreTraining in hfbert's loop, its length schedule, optimizer and precision;
 * ``b``: transformers' ``BertForPreTraining`` trained by ``Trainer`` the way a transformers user sets it up: the
   length-128 examples with their ``next_sentence_label``, ``DataCollatorForLanguageModeling`` drawing the masks,
   AdamW with a linear schedule, the learning rate, warmup and steps of ``a`` and the batch of its length-128 phase,
@@ -21,7 +21,7 @@ passes ``--patience`` times the time ``a`` needed for the top target (reported a
 already slower than ``a`` by at least that factor). Writes ``time_to_accuracy.json`` (every point, the times to each
 target and their ratios) and ``time_to_accuracy.png`` (the three curves against wall time) into ``--docs``.
 
-    python scripts/time_to_accuracy.py [--config configs/time_to_accuracy.json] [--docs docs] [--runs a,b,c]
+    python benchmarks/time_to_accuracy.py [--config FILE.json] [--docs FOLDER] [--runs a,b,c]
 
 Extra ``--key value`` pairs override the recipe (``hfbert pretrain`` settings, e.g. ``--max_steps 2000``).
 """
@@ -374,8 +374,8 @@ def plot(results: dict[str, dict], baseline: float, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default=str(REPO / "configs" / "time_to_accuracy.json"))
-    parser.add_argument("--docs", default=str(REPO / "docs"))
+    parser.add_argument("--config", default=str(REPO / "benchmarks" / "configs" / "time_to_accuracy.json"))
+    parser.add_argument("--docs", default=str(REPO / "benchmarks" / "results"))
     parser.add_argument("--work", default="out/time-to-accuracy", help="folder for the shared examples and runs")
     parser.add_argument("--runs", default="a,b,c", help="which runs, comma-separated (a first when given)")
     parser.add_argument("--patience", type=float, default=2.5,
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     docs = Path(args.docs)
     docs.mkdir(parents=True, exist_ok=True)
     baselines = baselines_of(held_out)
-    command = " ".join(["python", "scripts/time_to_accuracy.py", *(sys.argv[1:] if argv is None else argv)])
+    command = " ".join(["python", "benchmarks/time_to_accuracy.py", *(sys.argv[1:] if argv is None else argv)])
 
     def write(results: dict[str, dict]) -> dict:
         summary = {

@@ -10,7 +10,7 @@ Two comparisons, each on corpora that install offline:
 2. an hfbert model pretrained on the Austen corpus (the default job) continued on another corpus (``--corpus``:
    text files, e.g. movie-review sentences), against a fresh model of its size on that corpus.
 
-    python scripts/continued_pretraining.py --corpus other.txt --out docs/continued_pretraining.json
+    python benchmarks/continued_pretraining.py --corpus other.txt --out docs/continued_pretraining.json
 
 Every run is an ``hfbert pretrain`` subprocess with the same data settings; the figures are the runs' own held-out
 evaluations (``runs/metrics.jsonl``), the same positions at every step.

@@ -2,7 +2,7 @@
 ``DataCollatorForLanguageModeling``, ``Trainer``) on the same text, tokenizer, model size and wall-clock budget as an
 ``hfbert pretrain --budget_minutes`` run, for the downstream scoreboard in docs/downstream.md.
 
-    python scripts/peer_mlm_trainer.py --input domain.txt --tokenizer TOKENIZER_DIR --budget_minutes 30 \\
+    python benchmarks/peer_mlm_trainer.py --input domain.txt --tokenizer TOKENIZER_DIR --budget_minutes 30 \\
         --output_dir out/peer-30
 
 What it does, as run_mlm.py does by default: the lines are tokenized, concatenated and cut into blocks of

@@ -1,9 +1,9 @@
-"""Benchmark `hfbert prepare` on generated English corpora of about 0.25 GB and 1 GB (see scripts/make_corpus.py).
+"""Benchmark `hfbert prepare` on generated English corpora of about 0.25 GB and 1 GB (see benchmarks/make_corpus.py).
 
 Answered in docs/data.md (build speed and the Dask pairs).
 
-    python scripts/bench_prepare.py [--sizes 250 1000] [--corpus_dir DIR] [--json docs/bench_prepare.json]
-                                    [--old_rev REV]
+    python benchmarks/bench_prepare.py [--sizes 250 1000] [--corpus_dir DIR] [--json FILE]
+                                       [--old_rev REV]
 
 Every build runs in a fresh interpreter with the tokenizers' thread pool pinned to one thread, so processes are
 cores; settings: paragraphs layout, static masking, dupe factor 1, max_seq_length 128, the default shard count
@@ -49,7 +49,7 @@ import threading
 import time
 from pathlib import Path
 
-ORIGINAL_TOKENS_PER_CORE_S = 0.22e6  # google-research/bert create_pretraining_data.py, as measured for hfbert bench
+ORIGINAL_TOKENS_PER_CORE_S = 0.22e6  # google-research/bert create_pretraining_data.py, as measured for the bench
 SETTINGS = {"input_layout": "paragraphs", "masking": "static", "dupe_factor": 1, "max_seq_length": 128}
 HERE = Path(__file__).resolve()
 PARTS = ("client", "scheduler", "workers", "start", "other")
@@ -142,7 +142,7 @@ def run_one(spec: dict) -> dict:
     disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"])
     if spec.get("barrier"):
-        from hfbert.studies.data_bench import wait_for_parties
+        from data_bench import wait_for_parties
 
         wait_for_parties(Path(spec["barrier"]), spec["parties"])
     baseline = _rss_mb()
@@ -379,7 +379,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=float, nargs="+", default=[250.0, 1000.0], help="corpus sizes in MB")
     parser.add_argument("--corpus_dir", type=Path, default=None,
                         help="folder of the generated corpora (made there when missing); default: a temporary one")
-    parser.add_argument("--json", type=Path, default=HERE.parents[1] / "docs" / "bench_prepare.json")
+    parser.add_argument("--json", type=Path, default=HERE.parent / "results" / "bench_prepare.json")
     parser.add_argument("--old_rev", default=None, help="git revision of the in-memory builder to compare with")
     parser.add_argument("--skip_dask", action="store_true")
     parser.add_argument("--pairs", type=int, default=3,

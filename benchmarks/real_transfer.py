@@ -14,7 +14,7 @@ randomly initialised head -- or the whole fresh Chinese model) is drawn once wit
 BERT layout under ``<out_dir>/start/``, and both recipes load that folder. Without this the comparison measures the
 two libraries' initialisers (hfbert: truncated normal; transformers: plain normal), not their training.
 
-    python scripts/real_transfer.py --data_dir DATA --out_dir runs/real [--runs sentiment regression wnut zh_ner ...]
+    python benchmarks/real_transfer.py --data_dir DATA --out_dir runs/real [--runs sentiment regression wnut zh_ner ...]
 
 ``DATA`` holds ``en_vader_movieReviewSnippets.jsonl`` (the VADER sentences with their valence, from the
 vaderSentiment sdist) and ``en_wnut16_ner.jsonl`` (WNUT-16, one ``{"tokens": [...], "ner_tags": [...]}`` per line);

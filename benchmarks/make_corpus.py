@@ -2,7 +2,7 @@
 
 Answered in the corpora behind docs/data.md and docs/pretraining.md (generated, never committed).
 
-    python scripts/make_corpus.py OUTPUT.txt --megabytes 1000 [--seed 0] [--extra MORE.txt ...]
+    python benchmarks/make_corpus.py OUTPUT.txt --megabytes 1000 [--seed 0] [--extra MORE.txt ...]
 
 How: the shipped corpus (hfbert/corpora/en_austen_6novels.txt.gz) is cut into its chapters (the documents of
 `hfbert prepare --input_layout paragraphs --document_boundary chapter`), plus the chapters of any --extra file

@@ -1,6 +1,6 @@
 """Where a pretraining run's host memory goes, step by step (docs/pretraining.md, Memory).
 
-    python scripts/host_memory.py OUT --steps 600 [--mmap_threshold BYTES] [--settings '{"prepared": [...]}']
+    python benchmarks/host_memory.py OUT --steps 600 [--mmap_threshold BYTES] [--settings '{"prepared": [...]}']
 
 Runs ``hfbert pretrain`` (the default job's settings, ``--max_steps STEPS``, plus ``--settings``) with a callback
 that writes, after every optimizer step, one JSON line to ``OUT.memory.jsonl``: RssAnon from /proc/self/status,

@@ -7,7 +7,7 @@
 3. study: ``hfbert robustness`` on the held-out split -- weight bit flips in exponent vs. mantissa bits, in
    embeddings vs. encoder vs. head, several trials per rate.
 
-    python scripts/fault_study.py --data en_vader_movieReviewSnippets.jsonl --output /tmp/fault_study \
+    python benchmarks/fault_study.py --data en_vader_movieReviewSnippets.jsonl --output /tmp/fault_study \
         --figure docs/robustness.png
 
 ``--data``: the VADER movie-review sentences, one ``{"sentence": ..., "valence": ...}`` per line (from the
@@ -27,8 +27,8 @@ import torch
 from transformers import AutoTokenizer, get_linear_schedule_with_warmup
 
 from hfbert import HfBertForSequenceClassification
-from hfbert.studies.robustness import encode_batches, predict, score
-from hfbert.studies.robustness import main as robustness_main
+from hfbert.robustness import encode_batches, predict, score
+from hfbert.robustness import main as robustness_main
 
 
 def parse_args() -> argparse.Namespace:

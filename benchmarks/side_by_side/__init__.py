@@ -1,0 +1,1 @@
+"""hfbert against transformers' BERT side by side: the modules behind ``benchmarks/bench.py``."""
