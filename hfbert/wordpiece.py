@@ -113,7 +113,7 @@ class WordCacheEncoder:
     spaces, isolate every other non-alphanumeric character": one regex.  A word's WordPiece pieces do not
     depend on its context, so each distinct word is segmented once (greedy longest-match-first, as
     `tokenizers`' ``WordPiece`` model does it) and cached; the rest is a table look-up
-    (``scripts/bench_tokenization.py`` measures both paths).
+    (``benchmarks/bench_tokenization.py`` measures both paths).
     Anything else -- a non-ASCII or control character, an added token such as ``[MASK]`` written in the text,
     a pipeline of another shape -- goes through `tokenizers` itself, so the ids are always the pipeline's
     (``tests/test_tokenization.py`` checks this on real text and on random ASCII).

@@ -46,7 +46,7 @@ DEFAULT_FILL_MASK_TEXT = [
 
 
 # Short sequences first: attention learns to use its neighbours at length 32 within minutes, and carries over to
-# longer sequences (docs/time_to_accuracy.md); the same tokens per step in both phases.
+# longer sequences (benchmarks/results/time_to_accuracy.md); the same tokens per step in both phases.
 DEFAULT_PHASES = [
     {"max_seq_length": 32, "batch_size": 64, "fraction": 0.6},
     {"max_seq_length": 128, "batch_size": 16, "fraction": 0.4},
