@@ -29,7 +29,7 @@ BENCHMARKS = REPO / "benchmarks"  # what measures the package, beside it and out
 # ----------------------------------------------------------------------------------------------------------------
 # The product speaks of itself: no issue numbers, no history of the work, no workspace paths
 
-SCANNED = ("hfbert", "recipes", "benchmarks", "scripts", "docs", "README.md")
+SCANNED = ("hfbert", "recipes", "benchmarks", "docs", "README.md")
 FORBIDDEN = {
     "an issue number": r"\bissues?\s*#?\d+",
     "the issue's goals": r"\bthe issue'?s\b",
@@ -74,7 +74,7 @@ def test_the_product_speaks_only_of_itself():
 
 
 def test_code_comments_quote_no_machine_timings():
-    code = [(f, t) for f, t in _text_files("hfbert", "recipes", "benchmarks", "scripts") if f.suffix == ".py"]
+    code = [(f, t) for f, t in _text_files("hfbert", "recipes", "benchmarks") if f.suffix == ".py"]
     hits = _hits(code, FORBIDDEN_IN_CODE)
     assert not hits, "timings of one machine belong in docs/:\n" + "\n".join(hits)
 
