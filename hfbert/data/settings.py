@@ -26,7 +26,7 @@ __all__ = ["DEFAULT_POOL_SIZE", "SEGMENTERS", "ExampleSettings"]
 
 # Documents per pool. 32, not more: the pools are also the unit of work of ``num_proc`` processes, and on a
 # corpus of a few hundred documents (Austen: ~280 chapters) 64 left 4 pools of unequal size, so 2 processes could
-# not split the work evenly (1.32x vs 1.63x from 1 to 2 processes at dupe factor 10, hfbert bench section c).
+# not split the work evenly (1.32x vs 1.63x from 1 to 2 processes at dupe factor 10, benchmarks/bench.py section c).
 DEFAULT_POOL_SIZE = 32
 #: Word segmenters for Chinese whole-word masking, by name.
 SEGMENTERS = {"presegmented": PreSegmented, "jieba": JiebaSegmenter}
