@@ -91,6 +91,32 @@ def test_the_scan_finds_what_it_forbids(tmp_path):
     assert _hits([(REPO / "x", "# 1.5x faster on our 2-core machine")], FORBIDDEN_IN_CODE)
 
 
+MARKDOWN_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _headings(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings (lower case, punctuation dropped, spaces to hyphens)."""
+    return {re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            for m in re.finditer(r"^#+\s+(.*)$", page.read_text(encoding="utf-8"), flags=re.M)}
+
+
+def test_every_link_of_the_docs_reaches_a_file_and_a_heading():
+    broken = []
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "benchmarks").rglob("*.md"))]
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)  # code blocks hold no links
+        for target in MARKDOWN_LINK.findall(text):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+                continue
+            path, _, heading = target.partition("#")
+            dest = (page.parent / path) if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target}: no such file")
+            elif heading and dest.suffix == ".md" and heading not in _headings(dest):
+                broken.append(f"{page.relative_to(REPO)}: {target}: no such heading")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The package stands alone
 
