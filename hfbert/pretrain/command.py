@@ -26,7 +26,8 @@ def _summary(result: PretrainResult) -> str:
         f"{m.get('eval_mlm_baseline_most_frequent_token', float('nan')):.3f}), "
         + ("NSP not trained (MLM only)" if m.get("next_sentence_prediction") is False else
            f"NSP accuracy {m['eval_nsp_accuracy']:.3f} (majority baseline "
-           f"{m.get('eval_nsp_baseline_majority_class', float('nan')):.3f})"),
+           f"{m.get('eval_nsp_baseline_majority_class', float('nan')):.3f}"
+           + "".join(f"; stopped at step {c['step']}" for c in m.get("nsp_checks", ()) if c["stopped"]) + ")"),
         f"Hub-format model in {result.output_dir}",
     ]
     for example in result.fill_mask:

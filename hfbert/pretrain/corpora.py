@@ -158,6 +158,10 @@ def _by_length(opened: list[PreparedCorpus], lengths: list[int], config: Pretrai
             raise ConfigError(f"the prepared folders {first.path} and {corpus.path} were built with different "
                               "tokenizers; build every length with the same one (hfbert prepare --tokenizer DIR)")
         if "validation" not in corpus.splits or corpus.num_rows("validation") == 0:
+            if corpus.manifest.report.get("documents", {}).get("used") == 1:  # nothing to hold out, nor for NSP
+                raise ConfigError(f"the prepared folder {corpus.path} holds a single document, so none is held out "
+                                  "to evaluate on and NSP's random segments come from that same document; a text "
+                                  "file without blank lines is one document: put a blank line between documents")
             raise ConfigError(f"the prepared folder {corpus.path} has no validation rows to evaluate on; prepare it "
                               "with --eval_fraction > 0 and enough documents")
     if config.prepared is not None:

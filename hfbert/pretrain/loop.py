@@ -43,10 +43,11 @@ from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
 from .batches import BatchPlan, HostLayout, ReadAhead, stand_in_batch, training_batch
 from .callbacks import CallbackHandler, DefaultSchedule, PretrainCallback, TrainingControl
 from .checkpointing import from_main, save_checkpoint, seed_step, settle
-from .clock import Budget, Clock
+from .clock import BUDGET_UNITS, Budget, Clock
 from .config import Phase, PretrainConfig
 from .export import LOG_FILE, export, push
 from .host_memory import return_large_blocks
+from .nsp_choice import CHECK_SHARE, check_held_out, check_note
 from .plan import CONFIG_FILE, STATS, RunPlan, plan_run, preflight, tracker_config
 from .recovery import LossWatch, diverged_message, record_divergence
 from .tracking import start_trackers
@@ -122,7 +123,7 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
         metrics = {**loop.evaluation(), "step": state.step, "stopped_by": stopped_by,
                    "train_seconds": round(state.train_seconds, 1), "tokens_seen": state.tokens_seen,
                    "num_processes": accelerator.num_processes,
-                   "next_sentence_prediction": config.next_sentence_prediction}
+                   "next_sentence_prediction": any(plan.nsp.by_length.values()), **loop.nsp_record()}
         metrics.update({k: v for k, v in data.stats.items() if k.startswith("eval_") and "baseline" in k})
         if "baselines_by_length" in data.stats:  # string keys, as metrics.json will hold them
             metrics["baselines_by_length"] = {str(k): v for k, v in data.stats["baselines_by_length"].items()}
@@ -183,6 +184,7 @@ class _Loop:
         self.watch = LossWatch(state.recent_losses, config.loss_spike_factor, config.loss_spike_window)
         self.budget = None if config.budget_minutes is None else Budget(config.budget_minutes, phases,
                                                                            self.scheduler, state.phase_starts)
+        self.nsp = plan.nsp  # the lengths that train NSP; a held-out check may stop it in a phase (nsp_choice.py)
 
     def phase_at(self, step: int) -> Phase:
         if self.budget is not None:
@@ -305,7 +307,7 @@ class _Loop:
             with sync:
                 known = {**layouts[k].model_inputs(), "inputs_checked": True} if self.takes_layout else {}
                 outputs = self.model(**batch, num_items_in_batch=num_items, **known)  # MLM: token sum / num_items
-                nsp_loss = outputs.nsp_loss / accumulation if config.next_sentence_prediction else 0.0
+                nsp_loss = outputs.nsp_loss / accumulation if self.trains_nsp(phase) else 0.0
                 accelerator.backward(outputs.mlm_loss + nsp_loss)
             totals += _batch_stats(outputs, batch, num_items, layouts[k])
         # With the statistics: the mean of the processes' clocks (the step's agreed clock) and which processes could
@@ -324,7 +326,7 @@ class _Loop:
         stats["clock"] = shared[len(STATS)]
         stats["time_up"] = limit is not None and stats["clock"] >= limit
         loss = stats["mlm_loss_sum"] / max(stats["mlm_total"], 1.0)
-        if config.next_sentence_prediction:
+        if self.trains_nsp(phase):
             loss += stats["nsp_loss_sum"] / stats["nsp_total"]
         problem = self.watch.problem(loss)
         if problem is not None:
@@ -374,7 +376,7 @@ class _Loop:
         w, steps = state.since_log, state.since_log_steps
         mlm_loss, nsp_loss = w["mlm_loss_sum"] / max(w["mlm_total"], 1.0), w["nsp_loss_sum"] / max(w["nsp_total"], 1.0)
         values = {
-            "loss": mlm_loss + (nsp_loss if self.config.next_sentence_prediction else 0.0),
+            "loss": mlm_loss + (nsp_loss if self.trains_nsp(self.phase_at(state.step - 1)) else 0.0),
             "mlm_loss": mlm_loss,
             "nsp_loss": nsp_loss,
             "mlm_accuracy": w["mlm_correct"] / max(w["mlm_total"], 1.0),
@@ -401,6 +403,7 @@ class _Loop:
         """The held-out metrics at the current step (computed once per step)."""
         if not self.evaluated_now():
             self.last_evaluation = (self.state.step, self.evaluate())
+            self._check_nsp(self.last_evaluation[1])
             self.callbacks("on_evaluate", step=self.state.step, metrics=self.last_evaluation[1],
                            model=self.accelerator.unwrap_model(self.model), control=control or TrainingControl())
         return self.last_evaluation[1]
@@ -438,13 +441,56 @@ class _Loop:
         totals = accelerator.reduce(totals.to(accelerator.device), reduction="sum").cpu()
         s = dict(zip(STATS, totals.tolist()))
         tokens, pairs = max(s["mlm_total"], 1.0), max(s["nsp_total"], 1.0)
-        return {  # per supervised token and per pair over the whole held-out set, as in training
-            "eval_loss": s["mlm_loss_sum"] / tokens + s["nsp_loss_sum"] / pairs,
+        return {  # per supervised token and per pair over the whole held-out set, as in training (NSP where trained)
+            "eval_loss": s["mlm_loss_sum"] / tokens + (s["nsp_loss_sum"] / pairs if self.trains_nsp(phase) else 0.0),
             "eval_mlm_loss": s["mlm_loss_sum"] / tokens,
             "eval_nsp_loss": s["nsp_loss_sum"] / pairs,
             "eval_mlm_accuracy": s["mlm_correct"] / tokens,
             "eval_nsp_accuracy": s["nsp_correct"] / pairs,
         }
+
+    # -- next sentence prediction where it can be learned (nsp_choice.py)
+
+    def trains_nsp(self, phase: Phase) -> bool:
+        """Whether ``phase`` trains NSP: its length does (the settings or the data), and no held-out check stopped it."""
+        return self.nsp.trains(phase.max_seq_length) and not any(
+            check["phase"] == phase.index and check["stopped"] for check in self.state.nsp_checks)
+
+    def _check_nsp(self, metrics: dict[str, float]) -> None:
+        """The held-out check of a phase that trains NSP, at its first evaluation after CHECK_SHARE of it; one line
+        when NSP is at the majority baseline. The evaluation's sums are every process's, so all decide alike."""
+        phase = self.phase_at(max(self.state.step - 1, 0))
+        if not self.trains_nsp(phase) or any(check["phase"] == phase.index for check in self.state.nsp_checks):
+            return
+        if self._share_of_phase(phase) < CHECK_SHARE:
+            return
+        labels = torch.cat([batch["next_sentence_label"] for batch in self.data.of(phase).held_out])
+        pairs, random_next = labels.numel(), int(labels.sum())
+        check = check_held_out(round(metrics["eval_nsp_accuracy"] * pairs), pairs,
+                               max(random_next, pairs - random_next) / max(pairs, 1))
+        if check is None:  # too few held-out pairs to tell
+            return
+        stopped = not (check["learned"] or self.nsp.given) and self._share_of_phase(phase) < 1.0
+        check.update(phase=phase.index, max_seq_length=phase.max_seq_length, step=self.state.step, stopped=stopped)
+        self.state.nsp_checks.append(check)
+        if not check["learned"]:
+            self.accelerator.print(check_note(check, self.nsp.given))
+
+    def _share_of_phase(self, phase: Phase) -> float:
+        """How much of ``phase`` is done: its steps, or a budget run's share of its time (the clock every process
+        agreed on, as the schedule has it)."""
+        if self.budget is None:
+            return (self.state.step - phase.first_step) / max(phase.steps, 1)  # 1.0: no step of it remains
+        ends = [0.0, *[min(end, 1.0) for end in self.budget.ends]]
+        progress = self.scheduler.last_epoch / BUDGET_UNITS  # Budget.follow set it from the agreed clock
+        return (progress - ends[phase.index]) / max(ends[phase.index + 1] - ends[phase.index], 1e-9)
+
+    def nsp_record(self) -> dict:
+        """What metrics.json and the card say of NSP beyond its scores: the held-out checks, and one line for each
+        length that did not train it and each check that found it at the majority baseline."""
+        notes = [*self.nsp.notes, *(check_note(check, self.nsp.given) for check in self.state.nsp_checks
+                                    if not check["learned"])]
+        return {"nsp_checks": self.state.nsp_checks, "nsp_notes": notes} if notes or self.state.nsp_checks else {}
 
     def checkpoint(self) -> None:
         self.state.train_seconds = self.clock.total()

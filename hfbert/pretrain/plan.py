@@ -32,11 +32,12 @@ from .config import ConfigError, Phase, PretrainConfig, native_mixed_precision, 
 from .corpora import PREPARED_DIR, TrainingData, check_sources, load_training_data, open_prepared
 from .export import LOG_FILE
 from .model import ORIGIN_FILE, Origin, build_model, find_origin, record_origin
+from .nsp_choice import NspChoice, choose_nsp
 from .recovery import RunStart, clear_for_resume, plan_start, resume_run
 from .tracking import JsonlTracker, accelerate_trackers
 
-__all__ = ["CONFIG_FILE", "DEGENERATE_NSP", "STATS", "SUITE_WAIT", "LoopState", "RunPlan", "make_accelerator",
-           "plan_run", "preflight", "tracker_config"]
+__all__ = ["CONFIG_FILE", "STATS", "SUITE_WAIT", "LoopState", "RunPlan", "make_accelerator", "plan_run", "preflight",
+           "tracker_config"]
 
 CONFIG_FILE = "pretrain_config.json"
 # Statistics summed over processes each optimizer step (one all-reduce of this small vector). Losses are sums
@@ -58,6 +59,7 @@ class LoopState:
     recent_losses: list[float] = field(default_factory=list)  # the losses the spike check compares with
     history: list[dict] = field(default_factory=list)  # resumes with changed settings (hfbert.pretrain.recovery)
     phase_starts: list[int] = field(default_factory=lambda: [0])  # a budget run's first step of each phase begun
+    nsp_checks: list[dict] = field(default_factory=list)  # the held-out NSP checks made (hfbert.pretrain.loop)
 
     @classmethod
     def from_checkpoint(cls, saved: dict[str, Any], logging_steps: int) -> LoopState:
@@ -83,6 +85,7 @@ class RunPlan:
     model: torch.nn.Module  # prepared by the accelerator (wrapped for several processes)
     optimizer: Any
     scheduler: Any  # stepped once per optimizer step by the loop
+    nsp: NspChoice  # which lengths train NSP, and why not
     state: LoopState = field(default_factory=LoopState)
 
 
@@ -103,12 +106,12 @@ def plan_run(config: PretrainConfig, model_init=None) -> RunPlan:
     if config.gradient_checkpointing:
         _checkpoint_activations(model)
     _record_settings(config, accelerator, start, origin)
-    _choose_nsp(config, accelerator, data)
+    nsp = choose_nsp(config, data, lengths, say=accelerator.print)  # per length, from its training rows
     optimizer, scheduler = _build_optimizer(config, model)
     model, optimizer = accelerator.prepare(model, optimizer)
     # The schedule is stepped by the loop once per optimizer step; accelerate's wrapper would step it per process.
     accelerator.register_for_checkpointing(scheduler)
-    plan = RunPlan(accelerator, start, origin, phases, data, model, optimizer, scheduler)
+    plan = RunPlan(accelerator, start, origin, phases, data, model, optimizer, scheduler, nsp)
     if start.resuming:
         plan.state = _resume(start, config, accelerator, model, optimizer, scheduler)
     return plan
@@ -206,23 +209,6 @@ def _record_settings(config: PretrainConfig, accelerator, start: RunStart, origi
         record_origin(origin, config.output_dir)
         path = Path(config.output_dir) / CONFIG_FILE
         path.write_text(json.dumps(config.to_dict(), indent=1), encoding="utf-8")
-
-
-#: At least this share of random-B pairs leaves NSP nothing to learn (documents of a single sentence).
-DEGENERATE_NSP = 0.9
-
-
-def _choose_nsp(config: PretrainConfig, accelerator, data: TrainingData) -> None:
-    """``next_sentence_prediction`` left to the data: on, unless nearly every training pair takes a random segment
-    B (its label is then the prior; on such a corpus an NSP head learned in a few steps made the model fine-tune
-    worse, docs/downstream.md). Decided from the manifest, the same on every process and on resume."""
-    if config.next_sentence_prediction is not None:
-        return
-    share = data.stats.get("random_next_fraction")
-    config.next_sentence_prediction = share is None or share < DEGENERATE_NSP
-    if not config.next_sentence_prediction:
-        accelerator.print(f"next sentence prediction: off ({share:.0%} of the training pairs take a random segment "
-                          "B, so NSP has nothing to learn; --next_sentence_prediction true to train it anyway)")
 
 
 def _checkpoint_activations(model) -> None:
