@@ -38,7 +38,8 @@ api.create_repo("user/x", exist_ok=True)
 api.upload_folder(folder_path=sys.argv[1], repo_id="user/x")
 """
 PULL_HF = "from huggingface_hub import snapshot_download; snapshot_download('user/x')"
-PULL_HFBERT = "import sys; from hfbert.hub import download_snapshot; download_snapshot('user/x', timeout=float(sys.argv[1]))"
+PULL_HFBERT = ("import sys; from hfbert.hub import download_snapshot; "
+               "download_snapshot('user/x', timeout=float(sys.argv[1]))")
 
 
 class XetHub(HubServer):
