@@ -45,9 +45,9 @@ def chapters(tmp_path_factory):
 
 
 def run(prepared, output_dir, callbacks=None, **overrides):
-    values = {"prepared": [str(prepared)] if prepared else None, "preset": "tiny", "model": dict(TINY_MODEL), "batch_size": 8,
-              "max_steps": 3, "eval_steps": 3, "save_steps": 3, "max_time_minutes": None, "max_eval_examples": 8,
-              "progress_bar": False, "report_to": ["jsonl"], "output_dir": str(output_dir),
+    values = {"prepared": [str(prepared)] if prepared else None, "preset": "tiny", "model": dict(TINY_MODEL),
+              "batch_size": 8, "max_steps": 3, "eval_steps": 3, "save_steps": 3, "max_time_minutes": None,
+              "max_eval_examples": 8, "progress_bar": False, "report_to": ["jsonl"], "output_dir": str(output_dir),
               "fill_mask_text": "the film was [MASK].", "mixed_precision": "no", **overrides}
     config = PretrainConfig.from_dict(values)
     pretrain(config, callbacks=callbacks)

@@ -452,7 +452,7 @@ class _Loop:
     # -- next sentence prediction where it can be learned (nsp_choice.py)
 
     def trains_nsp(self, phase: Phase) -> bool:
-        """Whether ``phase`` trains NSP: its length does (the settings or the data), and no held-out check stopped it."""
+        """Whether ``phase`` trains NSP: its length does (the settings or the data) and no held-out check stopped it."""
         return self.nsp.trains(phase.max_seq_length) and not any(
             check["phase"] == phase.index and check["stopped"] for check in self.state.nsp_checks)
 

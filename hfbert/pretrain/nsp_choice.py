@@ -122,12 +122,12 @@ def check_held_out(correct: int, pairs: int, baseline: float) -> dict | None:
 def check_note(check: dict, given: bool) -> str:
     """The one line that says a held-out check found NSP at the majority baseline (``check`` as the loop records
     it: :func:`check_held_out`'s result with ``step``, ``max_seq_length`` and ``stopped``)."""
-    found = (f"held-out NSP accuracy {check['accuracy']:.3f} at step {check['step']} (length {check['max_seq_length']}) "
-             f"is not above the majority baseline {check['baseline']:.3f} ({check['pairs']} pairs, one-sided "
-             f"binomial p = {check['p_value']:.2g})")
+    where = f"step {check['step']} (length {check['max_seq_length']})"
+    found = (f"held-out NSP accuracy {check['accuracy']:.3f} is not above the majority baseline "
+             f"{check['baseline']:.3f} ({check['pairs']} pairs, one-sided binomial p = {check['p_value']:.2g})")
     if given:
-        return f"next sentence prediction: {found}; trained on, as --next_sentence_prediction true asks"
+        return f"next sentence prediction: at {where}, {found}; trained on, as --next_sentence_prediction true asks"
     if check["stopped"]:
         return (f"next sentence prediction: stopped at step {check['step']}, for the rest of the phase at length "
                 f"{check['max_seq_length']}: {found}, so NSP learns nothing there")
-    return f"next sentence prediction: {found}, so the NSP head learned only the label prior"
+    return f"next sentence prediction: at {where}, {found}, so the NSP head learned only the label prior"
