@@ -14,7 +14,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .suites import Suite
 
-__all__ = ["METRIC_TYPES", "eval_results", "plot_results", "results_table", "summarize", "write_results_card"]
+__all__ = ["METRIC_TYPES", "eval_results", "plot_budgets", "plot_results", "protocol_table", "results_table",
+           "summarize", "write_results_card"]
 
 # Recipe score -> the metric id the Hub's model-index uses (the `evaluate` metric names).
 METRIC_TYPES = {"eval_accuracy": "accuracy", "eval_f1": "f1", "eval_mcc": "matthews_correlation",
@@ -74,6 +75,66 @@ def results_table(summary: Mapping[str, Any]) -> str:
                 f"| {', '.join(_number(v) for v in average['values'].values())} | "
                 f"{_number(summary.get('reference_average'))} |")
     return "\n".join(rows)
+
+
+def _held_out_cell(arm: Mapping[str, Any]) -> str:
+    score = arm["held_out"]
+    failed = "" if score["failed"] is None else f", {score['failed']}/{len(score['values'])} failed"
+    return (f"{_number(score['mean'])} ± {_number(score['std'])} (median {_number(score['median'])}{failed}; "
+            f"lr {arm['learning_rate']:g})")
+
+
+def protocol_table(summary: Mapping[str, Any]) -> str:
+    """The protocol's results as a Markdown table: a row per task and label budget, the model's held-out score
+    (mean ± sd over the seeds, median, failed runs, chosen rate), the baseline's, and the difference with its
+    interval."""
+    protocol = summary["protocol"]
+    baseline = protocol["settings"]["baseline"]
+    head = "| task | metric | labelled rows | model | " + ("random weights | difference (95% CI) |" if baseline else "")
+    rows = [head, "|---|---|---|---|" + ("---|---|" if baseline else "")]
+    for name, task in protocol["tasks"].items():
+        for size, entry in task["sizes"].items():
+            cells = [name, task["metric"].removeprefix("eval_"), f"{entry['rows']:,}", _held_out_cell(entry["model"])]
+            if baseline:
+                d = entry["difference"]
+                cells += [_held_out_cell(entry["baseline"]),
+                          f"{d['difference']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"]
+            rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def plot_budgets(summary: Mapping[str, Any], path: Path) -> Path | None:
+    """The protocol's held-out score against the labelled rows, one panel per task: the model and, beside it, the
+    random-weights baseline (mean over the seeds, the spread as error bars, each seed as a dot)."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    tasks = summary["protocol"]["tasks"]
+    figure = Figure(figsize=(4.2 * len(tasks), 3.6), layout="constrained")
+    panels = figure.subplots(1, len(tasks), squeeze=False)[0]
+    for axes, (name, task) in zip(panels, tasks.items()):
+        entries = list(task["sizes"].values())
+        xs = [e["rows"] for e in entries]
+        for arm, colour, label in (("model", "tab:blue", Path(summary["model"]).name),
+                                   ("baseline", "tab:grey", "random weights")):
+            if arm not in entries[0]:
+                continue
+            means = [e[arm]["held_out"]["mean"] for e in entries]
+            stds = [e[arm]["held_out"]["std"] for e in entries]
+            axes.errorbar(xs, means, yerr=stds, marker="o", capsize=3, color=colour, label=label)
+            for x, e in zip(xs, entries):
+                values = list(e[arm]["held_out"]["values"].values())
+                axes.scatter([x] * len(values), values, s=8, color=colour, alpha=0.5)
+        if task["floor"] is not None:
+            axes.axhline(task["floor"], linestyle=":", color="tab:red", label="constant predictor")
+        if len(set(xs)) > 1:
+            axes.set_xscale("log")
+        axes.set(xlabel="labelled training rows", ylabel=task["metric"].removeprefix("eval_") + " (held out)",
+                 title=f"{name} ({task['max_steps']} steps per run)")
+        axes.legend(fontsize="small")
+    figure.savefig(path, dpi=100)
+    return path
 
 
 def plot_results(summary: Mapping[str, Any], path: Path) -> Path | None:
@@ -145,9 +206,16 @@ def write_results_card(model_dir: str | Path, summary: Mapping[str, Any], suite:
     model_name = card.data.model_name or Path(model_dir).resolve().name
     new_data = ModelCardData(**{**data, "model_name": model_name, "eval_results": kept + mine})
     begin, end = _block(suite.name)
-    section = (f"{begin}\n## Downstream evaluation: the `{suite.name}` suite\n\n"
-               f"Fine-tuned with `hfbert evaluate` on each task with {len(summary['seeds'])} seeds; scores on the "
-               f"validation rows, mean and standard deviation over the seeds.\n\n{results_table(summary)}\n")
+    if "protocol" in summary:
+        section = (f"{begin}\n## Downstream evaluation: the `{suite.name}` suite\n\n"
+                   f"Fine-tuned with `hfbert evaluate` on each task with {len(summary['seeds'])} seeds, the learning "
+                   f"rate chosen on a selection split carved from the training rows; scores on the held-out rows "
+                   f"(mean ± standard deviation over the seeds, median, runs at or below a constant predictor)."
+                   f"\n\n{protocol_table(summary)}\n\n![score against labelled rows](label_budgets.png)\n")
+    else:
+        section = (f"{begin}\n## Downstream evaluation: the `{suite.name}` suite\n\n"
+                   f"Fine-tuned with `hfbert evaluate` on each task with {len(summary['seeds'])} seeds; scores on "
+                   f"the validation rows, mean and standard deviation over the seeds.\n\n{results_table(summary)}\n")
     if summary.get("reference"):
         section += f"\nReference: {summary['reference']}\n"
     section += f"{end}"

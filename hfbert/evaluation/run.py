@@ -14,8 +14,10 @@ import dataclasses
 import hashlib
 import importlib
 import json
+import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -28,7 +30,21 @@ from typing import Any
 
 from ..arguments import CommandParser, run_command
 from ..settings import UsageError
-from .report import plot_results, results_table, summarize, write_results_card
+from .protocol import (
+    ARMS,
+    FULL,
+    PRESETS,
+    Protocol,
+    bootstrap_difference,
+    budget_file,
+    chosen_rate,
+    constant_score,
+    held_out_rows,
+    parse_sizes,
+    spread,
+    write_protocol_files,
+)
+from .report import plot_budgets, plot_results, protocol_table, results_table, summarize, write_results_card
 from .suite_checks import check_suite
 from .suites import Suite, SuiteTask, load_suite
 from .task_files import TaskFiles, data_fingerprint, write_task_files
@@ -40,6 +56,7 @@ __all__ = ["PLOT_FILE", "RESULTS_FILE", "RESULT_FILE", "EvaluateArguments", "Eva
 RESULT_FILE = "result.json"  # one (task, seed) run
 RESULTS_FILE = "results.json"  # the whole evaluation
 PLOT_FILE = "results.png"
+BUDGETS_PLOT_FILE = "label_budgets.png"  # score against labelled rows, the model beside its baseline
 # The weights a recipe saves; deleted after scoring unless --keep_models.
 WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin")
 
@@ -74,6 +91,27 @@ class EvaluateArguments:
     learning_rate: float | None = field(default=None, metadata={
         "help": "fine-tune every task at this learning rate instead of the suite's (one setting for every model "
                 "compared)"})
+    learning_rates: list[float] | None = field(default=None, metadata={
+        "help": "a grid of fine-tuning rates: each task keeps the one that scores best on the selection split "
+                "(carved from its training rows) and reports the held-out rows at that rate"})
+    train_sizes: list[str] | None = field(default=None, metadata={
+        "help": "label budgets, e.g. 200 1000 full: each size draws its training rows afresh per seed and trains "
+                "for the same --max_steps"})
+    max_steps: int | None = field(default=None, metadata={
+        "help": "optimizer steps of every run, whatever its size (default: the suite's epochs over all the "
+                "training rows)"})
+    selection_rows: int | None = field(default=None, metadata={
+        "help": "training rows set aside to choose the rate and checkpoint (default: 10%%, at most 1,000)"})
+    selection_seeds: int | None = field(default=None, metadata={
+        "help": "choose the rate with the first N seeds (the others run at the chosen rate only; default: all)"})
+    baseline: bool = field(default=False, metadata={
+        "help": "also fine-tune MODEL's architecture and tokenizer from random weights under the same protocol, "
+                "and report the difference with a 95%% paired bootstrap interval"})
+    preset: str = field(default="suite", metadata={
+        "help": "suite: the suite's own settings; stable: a step budget, warm-up over 10%%, a grid of rates "
+                "(1e-4, 3e-4, 1e-3) and the checkpoint best on the selection split"})
+    reinit_pooler: bool = field(default=False, metadata={"help": "draw the pooler afresh before fine-tuning"})
+    reinit_layers: int = field(default=0, metadata={"help": "draw the top N layers afresh before fine-tuning"})
     progress_bar: bool = field(default=True, metadata={"help": "show a progress bar over the runs"})
 
     def __post_init__(self):
@@ -105,11 +143,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = command_parser().parse(argv)
     settings = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.name != "model"}
     settings["progress"] = settings.pop("progress_bar")
+    names = [f.name for f in dataclasses.fields(Protocol) if f.name != "bootstrap_samples"]
+    protocol = {name: settings.pop(name) for name in names}
+    protocol["train_sizes"] = parse_sizes(protocol["train_sizes"] or [FULL])
+    protocol["learning_rates"] = tuple(protocol["learning_rates"]) if protocol["learning_rates"] else None
+    settings["protocol"] = Protocol(**protocol)
     return run_command("hfbert evaluate", lambda: _print(evaluate(args.model, **settings)), errors=(EvaluationError,))
 
 
 def _print(summary: dict) -> int:
-    print(results_table(summary))
+    print(protocol_table(summary) if "protocol" in summary else results_table(summary))
     print(f"results in {summary['output_dir']}")
     return 0
 
@@ -118,11 +161,17 @@ def evaluate(model: str, suite: str | Path | Suite, *, data_dir: str | Path | No
              seeds: Sequence[int] = (1, 2, 3), output_dir: str | Path | None = None, resume: bool = False,
              write_card: bool = False, keep_models: bool = False, tasks: Sequence[str] | None = None,
              max_train_samples: int | None = None, max_eval_samples: int | None = None,
-             learning_rate: float | None = None, progress: bool = True) -> dict[str, Any]:
+             learning_rate: float | None = None, progress: bool = True,
+             protocol: Protocol | None = None) -> dict[str, Any]:
     """Run ``suite`` on ``model`` (see the module docstring) and return the summary written to ``results.json``.
-    Raises UsageError before any training for a bad suite, data or model, EvaluationError when a run fails."""
+    With a ``protocol`` (:class:`~hfbert.evaluation.protocol.Protocol`: a rate grid chosen on a selection split,
+    label budgets, a random-weights baseline), the summary also holds its ``protocol`` section. Raises UsageError
+    before any training for a bad suite, data or model, EvaluationError when a run fails."""
     seeds = list(seeds)
     _check_seeds(seeds)
+    protocol = protocol or Protocol()
+    if protocol.selection_seeds is not None and protocol.selection_seeds > len(seeds):
+        raise UsageError(f"--selection_seeds {protocol.selection_seeds} is more than the {len(seeds)} seeds given")
     suite = _capped(check_settings(suite, data_dir, tasks), max_train_samples, max_eval_samples)
     if learning_rate is not None:
         suite = dataclasses.replace(suite, tasks=[dataclasses.replace(t, learning_rate=learning_rate)
@@ -136,6 +185,9 @@ def evaluate(model: str, suite: str | Path | Suite, *, data_dir: str | Path | No
 
     from tqdm.auto import tqdm
 
+    if protocol.active:
+        return _finish(_evaluate_protocol(model, suite, seeds, protocol, out, model_key, data_dir, resume,
+                                          keep_models, progress), out, model, suite, write_card)
     runs: dict[tuple[str, int], dict] = {}
     files: dict[str, TaskFiles] = {}
     bar = tqdm(total=len(suite.tasks) * len(seeds), unit="run", desc="evaluate", disable=not progress)
@@ -150,15 +202,147 @@ def evaluate(model: str, suite: str | Path | Suite, *, data_dir: str | Path | No
             runs[task.name, seed] = done or _run(task, seed, model, files[task.name], run_dir, key, keep_models)
             bar.update()
     bar.close()
-    summary = summarize(suite, model, seeds, runs, files)
+    return _finish(summarize(suite, model, seeds, runs, files), out, model, suite, write_card)
+
+
+def _finish(summary: dict, out: Path, model: str, suite: Suite, write_card: bool) -> dict:
+    """Write ``results.json`` and the figures, and the card when asked."""
     summary["output_dir"] = str(out)
     from ..data.shards import write_atomically  # with the data builder (datasets): not for reading the settings
 
     write_atomically(str(out), RESULTS_FILE, json.dumps(summary, indent=1, ensure_ascii=False).encode("utf-8"))
     plot_results(summary, out / PLOT_FILE)
+    if "protocol" in summary:
+        plot_budgets(summary, out / BUDGETS_PLOT_FILE)
     if write_card:
+        if "protocol" in summary and (out / BUDGETS_PLOT_FILE).is_file():  # the card shows it
+            shutil.copyfile(out / BUDGETS_PLOT_FILE, Path(model) / BUDGETS_PLOT_FILE)
         summary["card"] = str(write_results_card(model, summary, suite))
     return summary
+
+
+def _evaluate_protocol(model: str, suite: Suite, seeds: list[int], protocol: Protocol, out: Path, model_key: dict,
+                       data_dir, resume: bool, keep_models: bool, progress: bool) -> dict:
+    """Every task under ``protocol`` (see :mod:`~hfbert.evaluation.protocol`): for each arm (the model, and its
+    random-weights baseline) and label budget, the rate grid on the first seeds, the rate chosen on the selection
+    split, the other seeds at that rate; the held-out scores, the failed runs, and the difference to the baseline."""
+    from tqdm.auto import tqdm
+
+    arms = ARMS if protocol.baseline else ARMS[:1]
+    chooser = seeds[:protocol.selection_seeds or len(seeds)]
+    others = seeds[len(chooser):]
+    grid_of = {t.name: protocol.rates or (t.learning_rate,) for t in suite.tasks}
+    total = sum(len(arms) * len(protocol.train_sizes) * (len(grid_of[t.name]) * len(chooser) + len(others))
+                for t in suite.tasks)
+    bar = tqdm(total=total, unit="run", desc="evaluate", disable=not progress)
+    report: dict[str, Any] = {}
+    files: dict[str, TaskFiles] = {}
+    headline: dict[tuple[str, int], dict] = {}
+    for task in suite.tasks:
+        files[task.name] = write_task_files(task, suite, data_dir, out / "data" / task.name)
+        rows = write_protocol_files(files[task.name], protocol.selection_rows, task.split_seed,
+                                    out / "data" / task.name / "protocol")
+        data_key = {**data_fingerprint(task, suite, data_dir), "selection_rows": rows.selection_rows}
+        steps = protocol.max_steps or max(1, math.ceil(task.epochs * rows.pool_rows / task.batch_size))
+        held_out = held_out_rows(rows.held_out_file)
+        floor = constant_score(task, held_out_rows(rows.pool_file), held_out)
+        grid = grid_of[task.name]
+        sizes: dict[str, Any] = {}
+        for size in protocol.train_sizes:
+            entry: dict[str, Any] = {"rows": rows.size(size)}
+            results: dict[str, dict[tuple[float, int], dict]] = {}
+            for arm in arms:
+                def one(rate: float, seed: int) -> dict:
+                    bar.set_description(f"{task.name} {arm} {size} lr {rate:g} seed {seed}")
+                    train = budget_file(rows, size, seed, out / "data" / task.name / "protocol")
+                    data = TaskFiles(train, rows.selection_file, rows.size(size), rows.selection_rows,
+                                     files[task.name].source, files[task.name].labels)
+                    run_task = _protocol_task(task, protocol, arm, rate, steps, rows.held_out_file)
+                    run_dir = out / "runs" / task.name / arm / f"size-{size}" / f"lr-{rate:g}" / f"seed-{seed}"
+                    key = _run_key(run_task, seed, model_key, {**data_key, "size": size})
+                    done = _finished(run_dir / RESULT_FILE, key, run_task) if resume else None
+                    result = done or _run(run_task, seed, model, data, run_dir, key, keep_models)
+                    bar.update()
+                    return {**result, "run_dir": str(run_dir)}
+
+                runs = {(rate, seed): one(rate, seed) for rate in grid for seed in chooser}
+                selection = {rate: [runs[rate, s]["metrics"][task.metric] for s in chooser] for rate in grid}
+                rate = chosen_rate(selection, task.metric)
+                runs.update({(rate, seed): one(rate, seed) for seed in others})
+                results[arm] = {seed: runs[rate, seed] for seed in seeds}
+                entry[arm] = {
+                    "learning_rate": rate,
+                    "selection": {f"{r:g}": statistics.fmean(v) for r, v in selection.items()},
+                    "held_out": spread({s: _held_out(results[arm][s], task.metric) for s in seeds}, floor),
+                }
+            if protocol.baseline:
+                entry["difference"] = bootstrap_difference(
+                    {s: _held_out(results["model"][s], task.metric) for s in seeds},
+                    {s: _held_out(results["baseline"][s], task.metric) for s in seeds},
+                    rows=_row_scores(task, results, seeds, held_out), samples=protocol.bootstrap_samples)
+            sizes[str(size)] = entry
+            for seed in seeds:  # the headline: the model at the last size asked for
+                headline[task.name, seed] = {"scores": {m: _held_out(results["model"][seed], m) for m in task.metrics},
+                                             "seconds": sum(r["seconds"] for arm in results.values()
+                                                            for r in arm.values()) / len(seeds)}
+        report[task.name] = {"metric": task.metric, "floor": floor, "max_steps": steps,
+                             "selection_rows": rows.selection_rows, "pool_rows": rows.pool_rows,
+                             "held_out_rows": rows.held_out_rows, "learning_rates": list(grid), "sizes": sizes}
+    bar.close()
+    summary = summarize(suite, model, seeds, headline, files)
+    summary["protocol"] = {"settings": protocol.settings(), "selection_seeds": chooser, "tasks": report}
+    return summary
+
+
+def _protocol_task(task: SuiteTask, protocol: Protocol, arm: str, rate: float, steps: int, held_out: Path):
+    """The task as one protocol run trains it: the rate, the step budget, the held-out rows as the recipe's test
+    file, the baseline's fresh weights, the preset's warm-up and best checkpoint."""
+    training = {**task.training, "max_steps": steps, "test_file": str(held_out)}
+    if arm == "baseline":
+        training["from_scratch"] = True
+    if protocol.reinit_pooler:
+        training["reinit_pooler"] = True
+    if protocol.reinit_layers:
+        training["reinit_layers"] = protocol.reinit_layers
+    preset = PRESETS[protocol.preset]
+    if "evaluations" in preset:
+        every = max(1, steps // preset["evaluations"])
+        lower = task.metric in ("eval_loss", "eval_mse")
+        training.update({"warmup_steps": preset["warmup_steps"], "eval_strategy": "steps", "eval_steps": every,
+                         "save_strategy": "steps", "save_steps": every, "save_total_limit": 1,
+                         "load_best_model_at_end": True, "greater_is_better": not lower,
+                         "metric_for_best_model": "loss" if task.type == "ner" else task.metric.removeprefix("eval_")})
+        if task.type == "ner":
+            training["greater_is_better"] = False
+    return dataclasses.replace(task, learning_rate=rate, training=training)
+
+
+def _held_out(result: dict, metric: str) -> float:
+    """A run's score on the held-out rows (the recipe's test split) for the suite's ``eval_`` metric name."""
+    return float(result["metrics"].get("test_" + metric.removeprefix("eval_"), math.nan))
+
+
+def _row_scores(task: SuiteTask, results: dict, seeds: list[int], held_out: list[dict]):
+    """Per-row predictions of both arms on the held-out rows, for the row-level bootstrap: (kind, model, baseline,
+    gold), or None where the task's score is not accuracy or Pearson correlation (the seeds alone are resampled)."""
+    kind = {"eval_accuracy": "accuracy", "eval_pearson": "pearson"}.get(task.metric)
+    if kind is None or task.type == "ner":
+        return None
+    column = task.columns["label"]
+    gold = [str(row[column]) if kind == "accuracy" else float(row[column]) for row in held_out]
+    arms = []
+    for arm in ARMS:
+        by_seed = {}
+        for seed in seeds:
+            path = Path(results[arm][seed]["run_dir"]) / "test_predictions.jsonl"
+            if not path.is_file():
+                return None
+            values = [json.loads(line)["prediction"] for line in path.read_text(encoding="utf-8").splitlines()]
+            by_seed[seed] = [str(v) if kind == "accuracy" else float(v) for v in values]
+            if len(by_seed[seed]) != len(gold):
+                return None
+        arms.append(by_seed)
+    return kind, arms[0], arms[1], gold
 
 
 def check_settings(suite: str | Path | Suite, data_dir: str | Path | None = None,

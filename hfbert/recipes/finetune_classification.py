@@ -89,11 +89,14 @@ def main(argv=None) -> dict:
     metrics: dict = {}
     if training_args.do_train or not training_args.do_eval:
         metrics.update(trainer.train().metrics)
-    if "validation" in data:
-        output = trainer.predict(data["validation"], metric_key_prefix="eval")
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        if split not in data:
+            continue
+        output = trainer.predict(data[split], metric_key_prefix=prefix)
         metrics.update(output.metrics)
         logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
-        write_jsonl(f"{training_args.output_dir}/eval_predictions.jsonl", _prediction_rows(logits, id2label, task_type))
+        write_jsonl(f"{training_args.output_dir}/{prefix}_predictions.jsonl",
+                    _prediction_rows(logits, id2label, task_type))
     finish_run(
         trainer, tokenizer, metrics, task="text-classification", recipe="finetune_classification",
         pipeline_task="text-classification", model_args=model_args, notes=notes, labels=id2label,

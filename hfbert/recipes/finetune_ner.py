@@ -68,13 +68,15 @@ def main(argv=None) -> dict:
 
     trainer = CardKeepingTrainer(
         model=model, args=training_args, train_dataset=_model_inputs(features["train"]),
+        eval_dataset=_model_inputs(features["validation"]) if "validation" in features else None,
         processing_class=tokenizer, data_collator=DataCollatorForTokenClassification(tokenizer),
     )
     metrics: dict = {}
     if training_args.do_train or not training_args.do_eval:
         metrics.update(trainer.train().metrics)
-    if "validation" in features:
-        metrics.update(_evaluate(trainer, raw["validation"], features["validation"], labels, data_args, notes))
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        if split in features:
+            metrics.update(_evaluate(trainer, raw[split], features[split], labels, data_args, notes, prefix))
     finish_run(
         trainer, tokenizer, metrics, task="token-classification", recipe="finetune_ner",
         pipeline_task="token-classification", model_args=model_args, notes=notes, labels=dict(enumerate(labels)),
@@ -96,9 +98,9 @@ def _windows(batch, indices, kwargs):
     return enc
 
 
-def _evaluate(trainer, raw_eval, eval_features, labels, data_args, notes) -> dict:
+def _evaluate(trainer, raw_eval, eval_features, labels, data_args, notes, prefix="eval") -> dict:
     """Predict every window, merge words by max context, score entities, write the predictions."""
-    output = trainer.predict(_model_inputs(eval_features), metric_key_prefix="eval")
+    output = trainer.predict(_model_inputs(eval_features), metric_key_prefix=prefix)
     words = raw_eval[data_args.tokens_column]
     pred_ids, missing = merge_word_predictions(
         eval_features["example_index"], eval_features["word_index"], output.predictions, [len(w) for w in words],
@@ -109,9 +111,9 @@ def _evaluate(trainer, raw_eval, eval_features, labels, data_args, notes) -> dic
                     f"and were predicted 'O'")
     predicted = [[labels[i] for i in row] for row in pred_ids]
     gold = raw_eval[data_args.tags_column]
-    write_jsonl(f"{trainer.args.output_dir}/eval_predictions.jsonl",
+    write_jsonl(f"{trainer.args.output_dir}/{prefix}_predictions.jsonl",
                 [{"tokens": w, "gold": g, "predicted": p} for w, g, p in zip(words, gold, predicted)])
-    scores = {f"eval_{k}": v for k, v in entity_scores(gold, predicted).items()}
+    scores = {f"{prefix}_{k}": v for k, v in entity_scores(gold, predicted).items()}
     return {**output.metrics, **scores}
 
 

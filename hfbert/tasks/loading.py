@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import torch
 import transformers
 from transformers import AutoTokenizer
 
@@ -89,10 +90,12 @@ def load_model(
     model_name_or_path: str | None = None,
     preset: str | None = None,
     config_overrides: Mapping[str, Any] | None = None,
+    from_scratch: bool = False,
     **head_kwargs: Any,
 ):
     """A task model, pretrained (``model_name_or_path``: for hfbert, any BERT :func:`hfbert.model_source.locate`
-    finds) or freshly initialised from an hfbert ``preset``.
+    finds) or freshly initialised from an hfbert ``preset``. With ``from_scratch``, the architecture of
+    ``model_name_or_path`` (its config) with fresh weights: the random-weights baseline of that model.
 
     ``head_kwargs`` (``num_labels``, ``id2label``, ``label2id``, ``problem_type``) go into the config. A
     transformers-family model built from a preset gets the equivalent ``BertConfig`` (same sizes), but its
@@ -108,6 +111,13 @@ def load_model(
     ours, theirs = TASK_CLASSES[task]
     cls = getattr(modeling_hfbert, ours) if model_family == "hfbert" else getattr(transformers, theirs)
     overrides = dict(config_overrides or {})
+    if from_scratch:
+        if model_name_or_path is None:
+            raise ValueError("from_scratch needs model_name_or_path: the model whose architecture is drawn afresh")
+        config = source_config(locate(model_name_or_path), **overrides, **head_kwargs)
+        if model_family == "transformers":
+            config = config.to_bert_config()
+        return cls(config)
     if model_name_or_path is not None and model_family == "hfbert":
         # any BERT (hfbert, transformers or Google's format, a folder or a Hub id); the task head starts fresh
         source = locate(model_name_or_path)
@@ -121,3 +131,29 @@ def load_model(
     if model_family == "transformers":
         config = config.to_bert_config()
     return cls(config)
+
+
+def reinitialize(model, *, pooler: bool = False, top_layers: int = 0) -> list[str]:
+    """Draw the pooler and/or the top ``top_layers`` encoder layers of ``model`` (an hfbert or transformers BERT
+    task model) afresh with the original's initialiser (truncated normal, std ``initializer_range``), before fine-tuning (Zhang et al. 2021, "Revisiting
+    few-sample BERT fine-tuning"). Returns the names of the modules re-drawn."""
+    encoder = model.base_model
+    layers = encoder.encoder.layer
+    if top_layers > len(layers):
+        raise ValueError(f"cannot re-draw the top {top_layers} layers of a model of {len(layers)}")
+    modules = {f"encoder.layer.{i}": layers[i] for i in range(len(layers) - top_layers, len(layers))}
+    if pooler:
+        if getattr(encoder, "pooler", None) is None:
+            raise ValueError("the model has no pooler to re-draw")
+        modules["pooler"] = encoder.pooler
+    std = model.config.initializer_range
+    for module in modules.values():
+        for part in module.modules():  # Google's create_initializer, as the model's own _init_weights
+            if isinstance(part, torch.nn.Linear):
+                torch.nn.init.trunc_normal_(part.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
+                if part.bias is not None:
+                    torch.nn.init.zeros_(part.bias)
+            elif isinstance(part, torch.nn.LayerNorm):
+                torch.nn.init.ones_(part.weight)
+                torch.nn.init.zeros_(part.bias)
+    return list(modules)

@@ -20,7 +20,7 @@ from transformers import Trainer
 from ..arguments import CommandParser, UsageError
 from ..settings import setting
 from ..modelcard import template_path, write_model_card
-from .loading import load_data, load_model, load_tokenizer
+from .loading import load_data, load_model, load_tokenizer, reinitialize
 
 DEFAULT_CARD_TEMPLATE = template_path("finetuned.md")
 
@@ -31,13 +31,15 @@ class DataFiles:
 
     train_file: str | None = setting(None, "training data: CSV, TSV, JSON or JSONL")
     validation_file: str | None = setting(None, "evaluation data, in the format of --train_file")
+    test_file: str | None = setting(None, "held-out data, in the format of --train_file: predicted and scored "
+                                          "(test_* metrics) after training, never used to choose anything")
     dataset_dir: str | None = setting(None, "a datasets save_to_disk folder instead of --train_file/--validation_file")
     max_train_samples: int | None = setting(None, "use only the first N training rows")
     max_eval_samples: int | None = setting(None, "use only the first N evaluation rows")
 
     def load(self):
         """The ``DatasetDict`` (``train``, ``validation``), cut to ``--max_train_samples``/``--max_eval_samples``."""
-        raw = load_data(self.train_file, self.validation_file, dataset_dir=self.dataset_dir)
+        raw = load_data(self.train_file, self.validation_file, self.test_file, dataset_dir=self.dataset_dir)
         for split, limit in (("train", self.max_train_samples), ("validation", self.max_eval_samples)):
             if split in raw and limit is not None:
                 raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
@@ -60,12 +62,23 @@ class ModelArguments:
     lowercase: bool = field(default=True, metadata={"help": "lower-case (only for a bare vocab.txt)"})
     model_family: str = field(
         default="hfbert", metadata={"help": "hfbert, or transformers (its own BertFor* classes) to compare"})
+    from_scratch: bool = field(default=False, metadata={
+        "help": "fresh weights of --model_name_or_path's architecture, with its tokenizer (drawn with --seed): the "
+                "random-weights baseline of that model"})
+    reinit_pooler: bool = field(default=False, metadata={
+        "help": "draw the pooler afresh before fine-tuning (it was trained for next sentence prediction)"})
+    reinit_layers: int = field(default=0, metadata={
+        "help": "draw the top N encoder layers afresh before fine-tuning (Zhang et al. 2021, small data)"})
 
     def __post_init__(self):
         if self.model_family not in ("hfbert", "transformers"):
             raise UsageError(f"--model_family must be 'hfbert' or 'transformers', got {self.model_family!r}")
         if (self.model_name_or_path is None) == (self.preset is None):
             raise UsageError("give exactly one of --model_name_or_path or --preset")
+        if self.from_scratch and self.model_name_or_path is None:
+            raise UsageError("--from_scratch draws fresh weights of --model_name_or_path's architecture; give it")
+        if self.reinit_layers < 0:
+            raise UsageError(f"--reinit_layers must be >= 0, got {self.reinit_layers}")
         if self.tokenizer is None and self.model_name_or_path is None:
             raise UsageError("a fresh --preset model needs --tokenizer (a tokenizer folder or vocab.txt)")
         self.overrides  # a malformed --config_overrides stops the run here, before any data is read
@@ -88,7 +101,10 @@ class ModelArguments:
         overrides = self.overrides
         if self.preset is not None:
             overrides.setdefault("vocab_size", len(tokenizer))
-        model = load_model(task, self.model_family, self.model_name_or_path, self.preset, overrides, **head_kwargs)
+        model = load_model(task, self.model_family, self.model_name_or_path, self.preset, overrides,
+                           from_scratch=self.from_scratch, **head_kwargs)
+        if self.reinit_pooler or self.reinit_layers:
+            reinitialize(model, pooler=self.reinit_pooler, top_layers=self.reinit_layers)
         return tokenizer, model
 
 
