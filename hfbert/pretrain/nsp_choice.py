@@ -16,7 +16,8 @@ NSP is trained, unless ``--next_sentence_prediction`` says so:
    first held-out evaluation after :data:`CHECK_SHARE` of a phase that trains NSP, the held-out NSP accuracy is
    compared with the majority class of the held-out labels by a one-sided exact binomial test: unless the accuracy
    is above the baseline at significance :data:`SIGNIFICANCE` on the held-out pair count, NSP learns nothing there
-   and stops for the rest of the phase (the next phase, at another length, trains and is checked again). Given
+   and stops for the rest of the phase (the next phase, at another length, trains and is checked again). A held-out
+   set too small to see an accuracy :data:`DETECTABLE` above the baseline is not checked. Given
    ``--next_sentence_prediction true``, NSP trains on and the run says that it learns nothing.
 """
 
@@ -28,8 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["CHECK_SHARE", "DEGENERATE_NSP", "NSP_COUNT_BLOCKS", "SIGNIFICANCE", "NspChoice", "binomial_tail",
-           "check_held_out", "check_note", "choose_nsp", "random_next_share"]
+__all__ = ["CHECK_SHARE", "DEGENERATE_NSP", "DETECTABLE", "NSP_COUNT_BLOCKS", "SIGNIFICANCE", "NspChoice",
+           "binomial_tail", "check_held_out", "check_note", "choose_nsp", "random_next_share"]
 
 #: At least this share of random-B pairs leaves NSP nothing to learn (documents of a single sentence).
 DEGENERATE_NSP = 0.9
@@ -40,6 +41,9 @@ NSP_COUNT_BLOCKS = 64
 CHECK_SHARE = 0.25
 #: The one-sided p-value above which held-out NSP accuracy counts as the majority baseline.
 SIGNIFICANCE = 0.01
+#: A held-out set is checked only where an accuracy this far above the baseline would be significant: a smaller one
+#: could not tell NSP that learns from NSP that does not.
+DETECTABLE = 0.1
 
 
 @dataclass
@@ -111,8 +115,9 @@ def binomial_tail(k: int, n: int, p: float) -> float:
 def check_held_out(correct: int, pairs: int, baseline: float) -> dict | None:
     """Rule 2 (module docstring) on one held-out evaluation: ``correct`` of ``pairs`` NSP labels right, against the
     majority class's share ``baseline``. ``{"accuracy", "baseline", "pairs", "p_value", "learned"}``, or None where
-    the held-out set is too small for the test to tell (all of its pairs right would not be significant)."""
-    if pairs == 0 or binomial_tail(pairs, pairs, baseline) > SIGNIFICANCE:
+    the held-out set is too small for the test to tell (an accuracy :data:`DETECTABLE` above the baseline would not be
+    significant on it)."""
+    if pairs == 0 or binomial_tail(math.ceil(min(baseline + DETECTABLE, 1.0) * pairs), pairs, baseline) > SIGNIFICANCE:
         return None
     p_value = binomial_tail(correct, pairs, baseline)
     return {"accuracy": correct / pairs, "baseline": baseline, "pairs": pairs, "p_value": p_value,
