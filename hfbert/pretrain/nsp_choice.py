@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["CHECK_SHARE", "DEGENERATE_NSP", "DETECTABLE", "NSP_COUNT_BLOCKS", "SIGNIFICANCE", "NspChoice",
+__all__ = ["CHECK_SHARE", "DEGENERATE_NSP", "DETECTABLE", "NSP_COUNT_BLOCKS", "NspChoice", "SIGNIFICANCE",
            "binomial_tail", "check_held_out", "check_note", "choose_nsp", "random_next_share"]
 
 #: At least this share of random-B pairs leaves NSP nothing to learn (documents of a single sentence).
