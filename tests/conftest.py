@@ -1,4 +1,7 @@
-"""Test-wide settings: offline, quiet, deterministic. Runs before any test module imports huggingface_hub."""
+"""Test-wide settings (offline, quiet, deterministic; set before any test module imports huggingface_hub) and the
+fixtures that tests of more than one folder share: real data, the tiny pretraining corpus, one thread, and local Hub
+servers. A folder's own fixtures are in its conftest.py; plain helpers in tests/helpers/ (no test module imports
+another)."""
 
 import os
 
@@ -22,6 +25,11 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+pytest.register_assert_rewrite("helpers")  # their asserts explain themselves as a test's do
+
+from helpers.hub_server import SilentServer, TrickleServer, start_hub  # noqa: E402
+from helpers.pretraining import prepare_folders, write_corpus_head  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_CORPUS = files("hfbert") / "corpora" / "en_austen_6novels.txt.gz"
@@ -72,3 +80,65 @@ def en_tok(minilm_path):
     from transformers import BertTokenizerFast
 
     return BertTokenizerFast.from_pretrained(minilm_path)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Pretraining: the tiny corpus and its prepared folders, one thread
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """The first 400 lines of the shipped corpus: nine chapters, about 390 sentences."""
+    return write_corpus_head(tmp_path_factory.mktemp("corpus") / "austen_head.txt")
+
+
+@pytest.fixture(scope="module")
+def prepared(corpus, tmp_path_factory) -> dict[int, Path]:
+    """``corpus`` prepared at lengths 64 and 96 with one vocabulary (trained once, so the runs do not each pay for
+    it); dynamic masking."""
+    return prepare_folders(corpus, tmp_path_factory.mktemp("prepared"))
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Bitwise comparisons between this process and subprocesses need the same (single-threaded) kernels."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Local Hub servers (tests/helpers/hub_server.py)
+
+
+@pytest.fixture
+def hub_server():
+    """A fresh in-memory Hub on 127.0.0.1 (random port); yields the HubServer (``.url``, ``.tokens``)."""
+    hub, httpd = start_hub()
+    try:
+        yield hub
+    finally:
+        hub.stopping.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture
+def silent_server():
+    """An endpoint that accepts connections and never answers; yields the SilentServer (``.url``)."""
+    server = SilentServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def trickle_server():
+    """An endpoint that answers one byte every 0.5 s, forever; yields the TrickleServer (``.url``)."""
+    server = TrickleServer()
+    try:
+        yield server
+    finally:
+        server.close()

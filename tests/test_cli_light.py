@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-from hub_server import silent_server  # noqa: F401  (a fixture)
 
 from hfbert.cli import COMMANDS, PARSERS
 
@@ -85,7 +84,7 @@ def test_a_bad_setting_is_one_line_and_loads_nothing_heavy(name, tmp_path):
     assert imported == [], f"hfbert {name} with a bad setting imported {imported}"
 
 
-def test_push_to_a_silent_hub_loads_nothing_heavy_and_ends_at_its_limit(silent_server, tmp_path):  # noqa: F811
+def test_push_to_a_silent_hub_loads_nothing_heavy_and_ends_at_its_limit(silent_server, tmp_path):
     folder = tmp_path / "out"
     folder.mkdir()
     (folder / "config.json").write_text('{"model_type": "hfbert"}')
@@ -108,7 +107,7 @@ def _heavy_imports(program: list[str], args: list[str], cwd: Path) -> set[str]:
     return {name for name in modules if name.split(".")[0] in HEAVY}
 
 
-def test_evaluate_against_a_silent_hub_is_one_line(silent_server, tmp_path):  # noqa: F811
+def test_evaluate_against_a_silent_hub_is_one_line(silent_server, tmp_path):
     """A Hub model id looked up before any training: a Hub that does not answer is a usage error, as for
     ``hfbert pretrain --init_from``."""
     rows = [{"text": f"row {i}", "label": i % 2} for i in range(12)]

@@ -3,7 +3,7 @@ its whole global batch, so how the batch is split (gradient accumulation, proces
 processes read prepared folders and build nothing; machines without a shared disk agree on the data.
 
 The multi-process runs start real ``accelerate launch`` process groups on the CPU (gloo), with the tiny model of
-tests/test_pretrain.py.
+tests/helpers/pretraining.py.
 """
 
 import json
@@ -23,19 +23,11 @@ from hfbert.data import DataCollatorForBertPretraining, PreparedCorpus
 from hfbert.pretrain import PretrainConfig, pretrain
 from hfbert.pretrain.checkpointing import latest_checkpoint
 from hfbert.pretrain.batches import BatchPlan, training_batch
-from test_pretrain import (  # noqa: F401  (fixtures)
-    TINY_MODEL, assert_same_weights, corpus, logged_steps, one_thread, prepare_folders, settings, write_config)
+
+from helpers.pretraining import TINY_MODEL, launch, logged_steps, prepare_folders, settings, write_config
 
 STEPS = 20
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
-
-
-def launch(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """``accelerate launch ARGS`` on CPU processes (--multi_gpu is what makes accelerate start one per rank)."""
-    launcher = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([launcher, "launch", "--mixed_precision", "no", "--dynamo_backend", "no", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def losses(output_dir: Path) -> dict[int, tuple[float, float]]:

@@ -1,6 +1,6 @@
 """An independent, pure-Python BERT tokenizer used only as the tests' oracle.
 
-Written from the published description of Google's ``tokenization.py`` (see ``../shared/REFERENCE.md``):
+Written from the published description of Google's ``tokenization.py``:
 BasicTokenizer (clean text, space around CJK ideographs, lowercase + strip accents when uncased, split on
 punctuation) followed by greedy longest-match-first WordPiece.  It deliberately shares no code with
 ``tokenizers`` or ``hfbert`` so that agreement between the two is evidence, not a tautology.

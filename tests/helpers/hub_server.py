@@ -6,7 +6,7 @@ no internet. Everything lives in memory: repositories hold commits (a full path 
 branches and tags; LFS objects are stored by sha256. Files named like the Hub's default
 ``.gitattributes`` patterns (``*.safetensors``, ``*.bin``, ...) or larger than 10 MB take the LFS path, the
 rest are regular git blobs, so both upload paths are exercised. Xet is never offered: the uploading
-process must set ``HF_HUB_DISABLE_XET=1`` before importing huggingface_hub (see shared/HUB_TESTING.md).
+process must set ``HF_HUB_DISABLE_XET=1`` before importing huggingface_hub.
 
 Tokens map to a user and a role ("write" or "read"); an unknown token gets the Hub's 401 ("Invalid
 credentials in Authorization header"). Requests the server does not know are answered 404 and recorded
@@ -37,8 +37,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
-
-import pytest
 
 logger = logging.getLogger("hub_server")
 
@@ -686,37 +684,5 @@ class TrickleServer(SilentServer):
             sent += 1
 
 
-@pytest.fixture
-def silent_server():
-    """An endpoint that accepts connections and never answers; yields the SilentServer (``.url``)."""
-    server = SilentServer()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-@pytest.fixture
-def trickle_server():
-    """An endpoint that answers one byte every 0.5 s, forever; yields the TrickleServer (``.url``)."""
-    server = TrickleServer()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-@pytest.fixture
-def hub_server():
-    """A fresh in-memory Hub on 127.0.0.1 (random port); yields the HubServer (``.url``, ``.tokens``)."""
-    hub, httpd = start_hub()
-    try:
-        yield hub
-    finally:
-        hub.stopping.set()
-        httpd.shutdown()
-        httpd.server_close()
-
-
 __all__ = ["BLOCK_HFBERT", "FailingHub", "Fault", "HubServer", "SilentServer", "TrickleServer", "allow_hub_calls",
-           "client_env", "git_blob_sha1", "hub_server", "run_client", "silent_server", "start_hub", "trickle_server"]
+           "client_env", "git_blob_sha1", "run_client", "start_hub"]

@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 from datasets import load_dataset
 from datasets.utils.logging import disable_progress_bar
-from hub_server import HubServer, allow_hub_calls, hub_server  # noqa: F401
 
 from hfbert.data import CHAPTER_HEADING, PreparedCorpus, PreparedDataError, prepare_corpus, push_prepared
 from hfbert.data.cli import main as prepare_main
 from hfbert.data.documents import ReadStats, read_document_range, read_documents
 from hfbert.data.shards import held_out
+
+from helpers.hub_server import HubServer, allow_hub_calls
 
 disable_progress_bar()
 AUSTEN_LINES = 1500
@@ -302,7 +303,7 @@ def test_bad_settings_stop_before_any_work(tmp_path, capsys):
 # The Hub
 
 
-def test_push_as_a_dataset_repo_and_open_by_repo_id(static_folder, hub_server, tmp_path, monkeypatch):  # noqa: F811
+def test_push_as_a_dataset_repo_and_open_by_repo_id(static_folder, hub_server, tmp_path, monkeypatch):
     allow_hub_calls(monkeypatch)
     commit = push_prepared(static_folder, "user/austen-prepared", token=HubServer.WRITE_TOKEN,
                            endpoint=hub_server.url)

@@ -13,7 +13,8 @@ import pytest
 from hfbert.pretrain import PretrainConfig, main, pretrain
 from hfbert.pretrain.config import TRACKERS, ConfigError
 from hfbert.pretrain.tracking import PROJECT, read_jsonl
-from test_pretrain import corpus, one_thread, prepared, settings, write_config  # noqa: F401  (fixtures)
+
+from helpers.pretraining import settings, write_config
 
 
 def missing(*modules: str):

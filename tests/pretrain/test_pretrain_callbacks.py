@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import threading
 
@@ -10,20 +9,7 @@ import pytest
 import torch
 
 from hfbert import HfBertForPreTraining
-from hfbert.data import prepare_corpus
 from hfbert.pretrain import PretrainCallback, PretrainConfig, pretrain
-from hfbert.pretrain.corpora import BUILTIN_CORPUS
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("callbacks")
-    with gzip.open(BUILTIN_CORPUS, "rt", encoding="utf-8") as handle:
-        lines = [next(handle) for _ in range(300)]
-    corpus = root / "austen_head.txt"
-    corpus.write_text("".join(lines), encoding="utf-8")
-    return prepare_corpus([str(corpus)], root / "length-32", vocab_size=300, max_seq_length=32, masking="dynamic",
-                          input_layout="paragraphs", document_boundary="chapter", eval_fraction=0.2, seed=42)
 
 
 def job(folder, output_dir, **overrides) -> PretrainConfig:
@@ -67,9 +53,9 @@ class Wider(HfBertForPreTraining):
         super().__init__(config)
 
 
-def test_callbacks_see_every_step_log_and_evaluation_in_order(folder, tmp_path):
+def test_callbacks_see_every_step_log_and_evaluation_in_order(prepared_32, tmp_path):
     recorder = Recorder()
-    result = pretrain(job(folder, tmp_path / "run"), callbacks=[recorder])
+    result = pretrain(job(prepared_32, tmp_path / "run"), callbacks=[recorder])
     kinds = [event[:2] for event in recorder.events]
     assert kinds == [("begin", 0), ("step", 1), ("step", 2), ("log", 2), ("step", 3), ("evaluate", 3),
                      ("step", 4), ("log", 4), ("step", 5), ("step", 6), ("log", 6), ("evaluate", 6), ("end", 6)]
@@ -85,7 +71,7 @@ def test_callbacks_see_every_step_log_and_evaluation_in_order(folder, tmp_path):
     assert result.metrics["eval_mlm_accuracy"] == pytest.approx(recorder.events[-2][2], abs=1e-6)
 
 
-def test_model_init_supplies_the_model_and_a_callback_can_stop_the_run(folder, tmp_path):
+def test_model_init_supplies_the_model_and_a_callback_can_stop_the_run(prepared_32, tmp_path):
     class Stop(Exception):
         pass
 
@@ -97,14 +83,14 @@ def test_model_init_supplies_the_model_and_a_callback_can_stop_the_run(folder, t
 
     stopper = StopAt()
     with pytest.raises(Stop):
-        pretrain(job(folder, tmp_path / "run"), callbacks=[stopper], model_init=Wider)
+        pretrain(job(prepared_32, tmp_path / "run"), callbacks=[stopper], model_init=Wider)
     assert Wider.built == 1 and isinstance(stopper.model, Wider)
     assert stopper.model.config.vocab_size == 300  # the corpus's vocabulary, given to model_init
 
 
-def test_a_callback_that_is_not_one_fails_before_any_work(folder, tmp_path):
+def test_a_callback_that_is_not_one_fails_before_any_work(prepared_32, tmp_path):
     with pytest.raises(TypeError, match="callbacks must be PretrainCallback instances, got function"):
-        pretrain(job(folder, tmp_path / "never"), callbacks=[lambda **kwargs: None])
+        pretrain(job(prepared_32, tmp_path / "never"), callbacks=[lambda **kwargs: None])
     assert not (tmp_path / "never").exists()
 
 
@@ -135,10 +121,10 @@ class Steer(PretrainCallback):
         self.events.append(("end", step, metrics["stopped_by"]))
 
 
-def test_callbacks_steer_evaluation_checkpoints_and_the_stop(folder, tmp_path):
+def test_callbacks_steer_evaluation_checkpoints_and_the_stop(prepared_32, tmp_path):
     steer = Steer()
     out = tmp_path / "run"
-    result = pretrain(job(folder, out, save_steps=100, keep_last=5), callbacks=[steer])
+    result = pretrain(job(prepared_32, out, save_steps=100, keep_last=5), callbacks=[steer])
     assert steer.events == [("log", 2), ("log", 4), ("evaluate", 4), ("log", 5), ("evaluate", 5),
                             ("end", 5, "callback")]
     assert result.metrics["step"] == 5 and result.metrics["stopped_by"] == "callback"
@@ -161,7 +147,7 @@ def test_a_checkpoint_written_before_the_log_sums_were_renamed_resumes_its_sums(
     assert (state.since_log_seconds, state.since_log_data_seconds, state.tokens_seen) == (1.5, 0.5, 90)
 
 
-def test_a_training_step_packs_its_rows_without_looking_at_the_mask_on_the_device(folder, tmp_path, monkeypatch):
+def test_a_training_step_packs_its_rows_without_looking_at_the_mask_on_the_device(prepared_32, tmp_path, monkeypatch):
     """Where a micro-batch's real tokens and supervised labels sit is found on the host when the batch is read (in
     the read-ahead thread), from the rows' lengths and the labels; the training thread never searches the mask or
     the labels on the device for them (a host sync on a GPU)."""
@@ -195,7 +181,7 @@ def test_a_training_step_packs_its_rows_without_looking_at_the_mask_on_the_devic
                                    **kwargs)
 
     watch = Watch()
-    pretrain(job(folder, tmp_path / "run", eval_steps=100), callbacks=[watch], model_init=Told)
+    pretrain(job(prepared_32, tmp_path / "run", eval_steps=100), callbacks=[watch], model_init=Told)
     assert sum(name == "from_lengths" for name, _ in watch.during) >= 6  # every micro-batch read so far
     assert {thread for _, thread in watch.during} == {"hfbert-read-ahead_0"}, watch.during
     assert len(Told.told) == 6 and all(Told.told)  # every step was told where its rows and labels are

@@ -24,7 +24,6 @@ import fsspec
 import numpy as np
 import pytest
 import torch
-from fsspec.implementations.memory import MemoryFileSystem
 from safetensors.torch import load_file
 
 from hfbert.data import PreparedCorpus, PreparedDataError, prepare_corpus
@@ -32,11 +31,12 @@ from hfbert.data import remote
 from hfbert.data.writer import push_prepared
 from hfbert.data.remote import RangeCache, ShardReadError, parse_size
 from hfbert.data.sources import BUILTIN_CORPUS
-from hub_server import Fault, HubServer, allow_hub_calls, hub_server  # noqa: F401
-from test_pretrain import KILL_AFTER_CHECKPOINT  # the run that dies once a given checkpoint is published
+
+import helpers.flaky_filesystem  # registers flaky://
+from helpers.hub_server import Fault, HubServer, allow_hub_calls
+from helpers.pretraining import KILL_AFTER_CHECKPOINT, STEPS, TINY_MODEL, settings
 
 REPO_ID = "user/austen-64"
-TINY_MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37}
 
 
 @pytest.fixture(scope="module")
@@ -61,60 +61,8 @@ def picks(corpus: PreparedCorpus, count: int = 40) -> list[int]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# A misbehaving fsspec filesystem
+# A misbehaving fsspec filesystem (flaky://, tests/helpers/flaky_filesystem.py)
 
-
-class FlakyFileSystem(MemoryFileSystem):
-    """An in-memory filesystem whose ranged reads of shards misbehave as told: ``mode`` "hang" (no answer for
-    ``hang_seconds``), "raise" (OSError) or "short" (one byte fewer than asked), ``failures`` times (None: always).
-    Counts the reads of shards it served, and their bytes."""
-
-    protocol = "flaky"
-    mode: str | None = None
-    failures: int | None = None
-    hang_seconds = 30.0
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.released = threading.Event()  # ends the waits of "hang"
-        self._counting = threading.Lock()
-        self.reset()
-
-    @classmethod
-    def _strip_protocol(cls, path):
-        return super()._strip_protocol(path[len("flaky://"):] if path.startswith("flaky://") else path)
-
-    def reset(self, mode=None, failures=None):
-        self.mode, self.failures, self.failed, self.reads, self.bytes_read = mode, failures, 0, 0, 0
-        self.in_flight = self.most_in_flight = 0
-        self.released.clear()
-
-    def cat_file(self, path, start=None, end=None, **kwargs):
-        if self.mode == "slow" and path.endswith(".parquet"):  # every read takes a while: overlaps show
-            with self._counting:
-                self.in_flight += 1
-                self.most_in_flight = max(self.most_in_flight, self.in_flight)
-            time.sleep(0.2)
-            with self._counting:
-                self.in_flight -= 1
-        data = super().cat_file(path, start=start, end=end, **kwargs)
-        misbehaves = self.mode not in (None, "slow") and path.endswith(".parquet") and (self.failures is None or
-                                                                  self.failed < self.failures)
-        if misbehaves:
-            self.failed += 1
-            if self.mode == "hang":
-                self.released.wait(self.hang_seconds)
-            elif self.mode == "raise":
-                raise OSError("connection reset by peer")
-            elif self.mode == "short":
-                return data[:-1]
-        if path.endswith(".parquet"):
-            self.reads += 1
-            self.bytes_read += len(data)
-        return data
-
-
-fsspec.register_implementation("flaky", FlakyFileSystem, clobber=True)
 
 
 @pytest.fixture
@@ -157,7 +105,7 @@ def test_a_warm_cache_serves_another_process_without_reading_the_remote(local, f
     code = textwrap.dedent("""
         import json, sys
         sys.path.insert(0, sys.argv[3])
-        import fsspec, test_data_remote  # registers flaky:// (an empty in-memory filesystem in this process)
+        import fsspec, helpers.flaky_filesystem  # registers flaky:// (an empty in-memory filesystem in this process)
         from hfbert.data import PreparedCorpus
         fs = fsspec.filesystem("flaky")
         fs.put(sys.argv[4], "/corpus", recursive=True)
@@ -167,9 +115,9 @@ def test_a_warm_cache_serves_another_process_without_reading_the_remote(local, f
         print(json.dumps({"rows": rows, "failed": fs.failed}))
     """)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache"), json.dumps(chosen),
-                           str(Path(__file__).parent), str(local.path)], capture_output=True, text=True, env=env,
-                          timeout=120)
+    tests = Path(helpers.flaky_filesystem.__file__).parents[1]  # where the subprocess finds the helpers
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache"), json.dumps(chosen), str(tests),
+                           str(local.path)], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["failed"] == 0 and out["rows"] == local.rows("train", chosen)
@@ -378,15 +326,6 @@ def test_a_missing_hub_repo_or_revision_is_named(hub, tmp_path):
 # ----------------------------------------------------------------------------------------------------------------
 # SIGKILL during a run that reads hf://, then resume: the weights of the same run from the local folder
 
-STEPS = 8
-
-
-def run_settings(prepared: str, output_dir: Path, **overrides) -> dict:
-    return {"prepared": [prepared], "preset": "tiny", "model": dict(TINY_MODEL), "batch_size": 8,
-            "max_seq_length": 64, "max_steps": STEPS, "logging_steps": 1, "eval_steps": 4, "save_steps": 2,
-            "keep_last": 3, "max_time_minutes": None, "max_eval_examples": 24, "progress_bar": False,
-            "report_to": ["jsonl"], "output_dir": str(output_dir), "fill_mask_text": "She was [MASK] happy.",
-            "mixed_precision": "no", **overrides}
 
 
 def test_sigkill_while_reading_hf_then_resume_gives_the_weights_of_the_local_run(folder, hub, tmp_path):
@@ -396,19 +335,19 @@ def test_sigkill_while_reading_hf_then_resume_gives_the_weights_of_the_local_run
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # bitwise comparison with the subprocesses' single-threaded kernels
     try:
-        pretrain(PretrainConfig.from_dict(run_settings(str(folder), tmp_path / "local")))
+        pretrain(PretrainConfig.from_dict(settings([folder], tmp_path / "local")))
     finally:
         torch.set_num_threads(threads)
     output_dir = tmp_path / "remote"
     config = tmp_path / "run.json"
-    config.write_text(json.dumps(run_settings(f"hf://datasets/{REPO_ID}", output_dir)), encoding="utf-8")
+    config.write_text(json.dumps(settings([f"hf://datasets/{REPO_ID}"], output_dir)), encoding="utf-8")
     env = hub.client_env(tmp_path / "home") | {"TOKENIZERS_PARALLELISM": "false"}
     env.pop("HFBERT_CACHE", None)  # the default cache of the machine, under HF_HOME
     killed = subprocess.run([sys.executable, "-c", textwrap.dedent(KILL_AFTER_CHECKPOINT), str(config),
                              f"checkpoint-{STEPS // 2:08d}"], capture_output=True, text=True, env=env, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert [step for step, _ in list_checkpoints(output_dir)] == [2, 4]
-    config.write_text(json.dumps(run_settings(f"hf://datasets/{REPO_ID}", output_dir, resume=True)),
+    config.write_text(json.dumps(settings([f"hf://datasets/{REPO_ID}"], output_dir, resume=True)),
                       encoding="utf-8")
     before = len(hub.requests)
     resumed = subprocess.run([sys.executable, "-c", textwrap.dedent(KILL_AFTER_CHECKPOINT), str(config), "none"],

@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
-from hub_server import run_client, start_hub
 from transformers import pipeline
 
 import hfbert.tasks
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers.hub_server import run_client, start_hub
+
+REPO = Path(__file__).resolve().parents[2]
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37}
 POS, NEG = ["good", "great", "fine", "nice", "superb"], ["bad", "awful", "poor", "dull", "weak"]
 FILLER = ["the", "movie", "was", "plot", "acting", "really", "quite", "and", "it", "met", "in", "who", "where"]
@@ -31,14 +31,6 @@ def _recipe(name):
         sys.modules[module_name] = module  # dataclasses resolve their annotations through sys.modules
         spec.loader.exec_module(module)
     return sys.modules[module_name]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -255,7 +247,7 @@ def test_multiple_choice(data_dir, tmp_path):
 
 # --------------------------------------------------------------------------------------------- push_to_hub
 def test_push_to_hub_passes_through_to_trainer_and_keeps_the_hfbert_card(data_dir, tmp_path):
-    """`--push_to_hub` on the local Hub-protocol server (tests/hub_server.py), in a process that is online to it."""
+    """`--push_to_hub` on the local Hub-protocol server (tests/helpers), in a process that is online to it."""
     hub, httpd = start_hub()
     try:
         out = tmp_path / "pushed"

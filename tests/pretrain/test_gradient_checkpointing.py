@@ -2,7 +2,7 @@
 pass, the run logs the losses and ends with the weights of the same run without it (dropout on: the recomputation
 replays each layer's dropout), and the card records the setting.
 
-A tiny model (hidden 32, 2 layers) on the nine-chapter corpus of test_pretrain.
+A tiny model (hidden 32, 2 layers) on the nine-chapter corpus (tests/helpers/pretraining.py).
 """
 
 import re
@@ -10,11 +10,12 @@ import re
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_pretrain import corpus, one_thread, prepared, settings  # noqa: F401  (fixtures)
 
 from hfbert.pretrain import PretrainCallback, pretrain
 from hfbert.pretrain.config import ConfigError, PretrainConfig
 from hfbert.pretrain.tracking import read_jsonl
+
+from helpers.pretraining import settings
 
 DROPOUT = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
 STEPS = 4
@@ -40,7 +41,7 @@ class LayerCalls(PretrainCallback):
         self.calls = 0
 
 
-def run(prepared, output_dir, **overrides):  # noqa: F811
+def run(prepared, output_dir, **overrides):
     calls = LayerCalls()
     values = settings([prepared[64]], output_dir, max_steps=STEPS, eval_steps=2, save_steps=100,
                       model={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -51,7 +52,7 @@ def run(prepared, output_dir, **overrides):  # noqa: F811
     return calls, lines, load_file(output_dir / "model.safetensors"), result
 
 
-def test_checkpointed_layers_train_as_the_plain_ones(prepared, tmp_path):  # noqa: F811
+def test_checkpointed_layers_train_as_the_plain_ones(prepared, tmp_path):
     plain, plain_lines, plain_weights, _ = run(prepared, tmp_path / "plain")
     checked, lines, weights, _ = run(prepared, tmp_path / "checkpointed", gradient_checkpointing=True)
     assert plain.enabled is False and plain.per_step == [2] * STEPS  # each of the 2 layers, once
@@ -68,7 +69,7 @@ def test_checkpointed_layers_train_as_the_plain_ones(prepared, tmp_path):  # noq
     assert re.search(r"gradient_checkpointing\W+True", card), card
 
 
-def test_a_model_that_cannot_checkpoint_is_refused_before_training(prepared, tmp_path):  # noqa: F811
+def test_a_model_that_cannot_checkpoint_is_refused_before_training(prepared, tmp_path):
     values = settings([prepared[64]], tmp_path / "out", max_steps=STEPS, gradient_checkpointing=True)
 
     def model_init(model_config):

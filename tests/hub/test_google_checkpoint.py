@@ -19,7 +19,7 @@ from hfbert.google_checkpoint import google_to_hfbert_name, hfbert_to_google_nam
 from hfbert.model_source import locate, source_tokenizer
 from hfbert.tf_checkpoint import list_variables, read_checkpoint, write_checkpoint
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GOOGLE = FIXTURES / "google_bert_tiny"
 PADDED = FIXTURES / "google_bert_tiny_padded"
 EXPECTED = np.load(GOOGLE / "expected.npz", allow_pickle=False)

@@ -33,14 +33,6 @@ POS, NEG = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "dull"]
 FILLER = ["the", "movie", "was", "plot", "and", "it", "met", "in", "really", "quite"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     """A tiny pretrained-model folder: weights, tokenizer."""

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_pretrain import TINY_MODEL  # noqa: F401
 
 from hfbert.data import PreparedCorpus, prepare_corpus
 from hfbert.pretrain import PretrainCallback, pretrain
 from hfbert.pretrain.config import ConfigError, PretrainConfig
 from hfbert.pretrain.corpora import BUILTIN_CORPUS
 from hfbert.pretrain.nsp_choice import binomial_tail, check_held_out, random_next_share
+
+from helpers.pretraining import TINY_MODEL
 
 WORDS = "the a film movie plot was is good bad great dull fine long short story actors music ending".split()
 

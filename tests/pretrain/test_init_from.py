@@ -15,57 +15,25 @@ import textwrap
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import transformers
-from hub_server import allow_hub_calls, hub_server, silent_server  # noqa: F401  (fixtures)
 from huggingface_hub import HfApi, constants
-from test_pretrain import (  # noqa: F401  (fixtures: the Austen head corpus, one thread for bitwise comparisons)
-    KILL_AFTER_CHECKPOINT, assert_same_weights, corpus, one_thread, run_script)
 
 from hfbert.data import prepare_corpus
 from hfbert.model_source import locate, source_tokenizer
-from hfbert.pretrain import PretrainCallback, main, pretrain
+from hfbert.pretrain import main, pretrain
 from hfbert.pretrain.checkpointing import list_checkpoints
 from hfbert.pretrain.config import PretrainConfig
 from hfbert.tf_checkpoint import read_checkpoint
 
-GOOGLE = Path(__file__).parent / "fixtures" / "google_bert_tiny"
-
-
-def settings(corpus: Path, output_dir: Path, **overrides) -> dict:
-    values = {"init_from": str(GOOGLE), "input": [str(corpus)], "input_layout": "paragraphs",
-              "document_boundary": "chapter", "eval_fraction": 0.2, "batch_size": 8, "max_seq_length": 32,
-              "max_steps": 6, "logging_steps": 1, "eval_steps": 3, "save_steps": 2, "keep_last": 3,
-              "max_time_minutes": None, "max_eval_examples": 16, "progress_bar": False, "report_to": ["jsonl"],
-              "output_dir": str(output_dir), "fill_mask_text": "she was [MASK] happy .", "mixed_precision": "no"}
-    values.update(overrides)
-    return values
-
-
-def argv(values: dict) -> list[str]:
-    args = []
-    for key, value in values.items():
-        if isinstance(value, bool):
-            args += [f"--{key}", str(value).lower()]
-        elif isinstance(value, list):
-            args += [f"--{key}", *map(str, value)]
-        elif isinstance(value, dict):
-            args += [f"--{key}", json.dumps(value)]
-        else:
-            args += [f"--{key}", "null" if value is None else str(value)]
-    return args
-
-
-class FirstWeights(PretrainCallback):
-    def on_train_begin(self, step, model, **kwargs):
-        self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-
+from helpers.hub_server import allow_hub_calls
+from helpers.pretraining import (GOOGLE, KILL_AFTER_CHECKPOINT, FirstWeights, argv, assert_same_weights,
+                                 init_from_settings, run_script)
 
 def test_a_google_folder_is_continued_from_its_own_weights_with_a_fresh_optimizer(corpus, tmp_path, capsys):
     first = FirstWeights()
-    config = PretrainConfig.from_dict(settings(corpus, tmp_path / "run", model={"hidden_dropout_prob": 0.0}))
+    config = PretrainConfig.from_dict(init_from_settings(corpus, tmp_path / "run", model={"hidden_dropout_prob": 0.0}))
     assert config.preset is None and config.learning_rate == 1e-4  # the size is the checkpoint's; a smaller step
     result = pretrain(config, callbacks=[first])
     out = capsys.readouterr().out
@@ -95,7 +63,8 @@ def test_a_transformers_folder_of_another_head_gets_fresh_heads_and_drops_its_ow
                                    intermediate_size=64, max_position_embeddings=64, num_labels=3)
     transformers.BertForSequenceClassification(bert).save_pretrained(folder)
     source_tokenizer(locate(GOOGLE))[0].save_pretrained(folder)
-    assert main(argv(settings(corpus, tmp_path / "run", init_from=str(folder), max_steps=2, eval_steps=2))) == 0
+    values = init_from_settings(corpus, tmp_path / "run", init_from=str(folder), max_steps=2, eval_steps=2)
+    assert main(argv(values)) == 0
     out = capsys.readouterr().out
     announced = [line for line in out.splitlines() if line.startswith("init_from")]
     assert "fresh: cls.predictions.bias, cls.predictions.transform.LayerNorm.bias" in announced[0]
@@ -123,7 +92,7 @@ def test_settings_that_contradict_the_checkpoint_stop_in_one_line(corpus, tmp_pa
         data = tmp_path / "truncated" / "bert_model.ckpt.data-00000-of-00001"
         data.write_bytes(data.read_bytes()[:1000])
         extra = {"init_from": str(tmp_path / "truncated")}
-    values = {k: v for k, v in {**settings(corpus, tmp_path / "run"), **extra}.items() if v is not None}
+    values = {k: v for k, v in {**init_from_settings(corpus, tmp_path / "run"), **extra}.items() if v is not None}
     assert main(argv(values)) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("hfbert pretrain: error: ") and said in err, err
@@ -133,7 +102,7 @@ def test_settings_that_contradict_the_checkpoint_stop_in_one_line(corpus, tmp_pa
 def test_a_corpus_prepared_with_another_vocabulary_is_refused_naming_both(corpus, tmp_path, capsys):
     other = prepare_corpus([str(corpus)], tmp_path / "other", vocab_size=101, max_seq_length=32,
                            input_layout="paragraphs", document_boundary="chapter", masking="dynamic", eval_fraction=0.2)
-    values = {k: v for k, v in settings(corpus, tmp_path / "run", prepared=[str(other)]).items()
+    values = {k: v for k, v in init_from_settings(corpus, tmp_path / "run", prepared=[str(other)]).items()
               if k not in ("input", "input_layout", "document_boundary")}
     assert main(argv(values)) == 2
     err = capsys.readouterr().err.strip()
@@ -149,15 +118,16 @@ def test_sigkill_then_resume_is_bitwise_identical_with_the_checkpoint_gone(corpu
     source = tmp_path / "google"
     shutil.copytree(GOOGLE, source)
     straight = tmp_path / "straight"
-    pretrain(PretrainConfig.from_dict(settings(corpus, straight, init_from=str(source))))
+    pretrain(PretrainConfig.from_dict(init_from_settings(corpus, straight, init_from=str(source))))
     killed_dir = tmp_path / "killed"
     config_file = tmp_path / "run.json"
-    config_file.write_text(json.dumps(settings(corpus, killed_dir, init_from=str(source))), encoding="utf-8")
+    config_file.write_text(json.dumps(init_from_settings(corpus, killed_dir, init_from=str(source))), encoding="utf-8")
     killed = run_script(KILL_AFTER_CHECKPOINT, config_file, "checkpoint-00000004")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert [step for step, _ in list_checkpoints(killed_dir)] == [2, 4]
     shutil.move(source, tmp_path / "gone")  # the pretrained model is no longer reachable
-    resumed = pretrain(PretrainConfig.from_dict(settings(corpus, killed_dir, init_from=str(source), resume=True)))
+    resumed_settings = init_from_settings(corpus, killed_dir, init_from=str(source), resume=True)
+    resumed = pretrain(PretrainConfig.from_dict(resumed_settings))
     assert resumed.metrics["step"] == 6
     assert_same_weights(straight, killed_dir)
 
@@ -169,7 +139,7 @@ PULL_AND_CONTINUE = """
 """
 
 
-def test_init_from_a_hub_repository_at_a_revision_and_the_card_names_it(corpus, tmp_path, hub_server,  # noqa: F811
+def test_init_from_a_hub_repository_at_a_revision_and_the_card_names_it(corpus, tmp_path, hub_server,
                                                                            monkeypatch):
     allow_hub_calls(monkeypatch)
     api = HfApi(endpoint=hub_server.url, token=hub_server.WRITE_TOKEN)
@@ -179,8 +149,8 @@ def test_init_from_a_hub_repository_at_a_revision_and_the_card_names_it(corpus, 
     api.create_tag("user/google-bert-tiny", tag="v1")
     api.upload_file(path_or_fileobj=b"later", path_in_repo="NOTES.txt", repo_id="user/google-bert-tiny")
     env = hub_server.client_env(tmp_path / "home")
-    values = settings(corpus, tmp_path / "run", init_from="user/google-bert-tiny", init_revision="v1", max_steps=2,
-                      eval_steps=2, push_to_hub="user/continued")
+    values = init_from_settings(corpus, tmp_path / "run", init_from="user/google-bert-tiny", init_revision="v1",
+                                max_steps=2, eval_steps=2, push_to_hub="user/continued")
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(PULL_AND_CONTINUE), *argv(values)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -192,18 +162,18 @@ def test_init_from_a_hub_repository_at_a_revision_and_the_card_names_it(corpus, 
     assert "base_model: user/google-bert-tiny" in card
     assert f"(revision `{tagged}`)" in card and "A BERT continued from [`user/google-bert-tiny`]" in card
 
-    missing = settings(corpus, tmp_path / "run2", init_from="user/no-such-model")
+    missing = init_from_settings(corpus, tmp_path / "run2", init_from="user/no-such-model")
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(PULL_AND_CONTINUE), *argv(missing)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr[-3000:]
     assert "user/no-such-model: no such folder, and no such model on the Hub" in done.stderr
 
 
-def test_init_from_a_hub_that_never_answers_stops_in_one_line(corpus, tmp_path, silent_server,  # noqa: F811
+def test_init_from_a_hub_that_never_answers_stops_in_one_line(corpus, tmp_path, silent_server,
                                                                monkeypatch, capsys):
     allow_hub_calls(monkeypatch)
     monkeypatch.setattr(constants, "ENDPOINT", silent_server.url)  # what HF_ENDPOINT sets when read at import
-    values = settings(corpus, tmp_path / "run", init_from="user/x", hub_timeout=1)
+    values = init_from_settings(corpus, tmp_path / "run", init_from="user/x", hub_timeout=1)
     started = time.monotonic()
     assert main(argv(values)) == 2
     assert time.monotonic() - started < 10  # the limit, not a hang (nor five retries)

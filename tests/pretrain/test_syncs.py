@@ -40,7 +40,6 @@ from hfbert.pretrain import PretrainCallback, PretrainConfig, pretrain
 from hfbert.pretrain.batches import BatchPlan, HostLayout, training_batch
 from hfbert.pretrain.corpora import corpus_collator
 from hfbert.pretrain.loop import StepDataError
-from test_pretrain_callbacks import folder  # noqa: F401  (fixture: nine chapters prepared at length 32)
 
 aten = torch.ops.aten
 SIZE_FROM_VALUES = {aten.nonzero.default, aten.masked_select.default}
@@ -127,7 +126,7 @@ def job(folder, output_dir, **overrides) -> PretrainConfig:
     return PretrainConfig.from_dict({**values, **overrides})
 
 
-def test_an_optimizer_step_reads_the_device_once(folder, tmp_path):
+def test_an_optimizer_step_reads_the_device_once(prepared_32, tmp_path):
     """Two micro-batches a step, a time limit, logging every third step: between the ends of two steps (the log line
     included) the training thread reads the device once, the step's agreed statistics and flags."""
     reads = DeviceReads()
@@ -138,7 +137,7 @@ def test_an_optimizer_step_reads_the_device_once(folder, tmp_path):
             ends.append(len(reads.events))
 
     with reads:
-        pretrain(job(folder, tmp_path / "run"), callbacks=[Mark()])
+        pretrain(job(prepared_32, tmp_path / "run"), callbacks=[Mark()])
     assert len(ends) == 8
     per_step = [later - earlier for earlier, later in zip(ends, ends[1:])]
     between = reads.events[ends[0] : ends[-1]]
@@ -167,8 +166,8 @@ def test_the_model_reads_nothing_of_a_batch_its_caller_checked_and_laid_out(leng
     assert len(reads.events) == 4 and all(where.startswith("check_inputs") for _, where in reads.events)
 
 
-def test_the_reader_checks_the_ids_of_a_batch_against_the_model(folder):
-    corpus = PreparedCorpus.open(folder)
+def test_the_reader_checks_the_ids_of_a_batch_against_the_model(prepared_32):
+    corpus = PreparedCorpus.open(prepared_32)
     collator = corpus_collator(corpus, corpus.load_tokenizer())
     plan = BatchPlan(corpus.blocks("train"), 4, 1, 42, 0)
     fits = HfBertConfig(vocab_size=300, max_position_embeddings=32)
@@ -176,11 +175,11 @@ def test_the_reader_checks_the_ids_of_a_batch_against_the_model(folder):
     for config, message in ((HfBertConfig(vocab_size=50), r"input id \d+ is outside the vocabulary \[0, vocab_size=50"),
                             (HfBertConfig(vocab_size=300, type_vocab_size=1), "token type id 1 is outside"),
                             (HfBertConfig(vocab_size=300, max_position_embeddings=16), "sequence length 32 is longer")):
-        with pytest.raises(PreparedDataError, match=f"rows of {folder} do not fit the model: {message}"):
+        with pytest.raises(PreparedDataError, match=f"rows of {prepared_32} do not fit the model: {message}"):
             training_batch(corpus, collator, plan, 0, 0, model_config=config)
 
 
-def test_rows_that_cannot_be_read_stop_the_step_before_its_update(folder, tmp_path, monkeypatch):
+def test_rows_that_cannot_be_read_stop_the_step_before_its_update(prepared_32, tmp_path, monkeypatch):
     """The process trains on a stand-in for the rows it could not read (so that, with several processes, its
     collectives meet the others'), and the step stops at its one read, before the weights move."""
     read = hfbert.pretrain.loop.training_batch
@@ -198,7 +197,7 @@ def test_rows_that_cannot_be_read_stop_the_step_before_its_update(folder, tmp_pa
             kept.append((model, {name: p.detach().clone() for name, p in model.named_parameters()}))
 
     with pytest.raises(StepDataError, match="step 2: shard data/train-00000.parquet is corrupt"):
-        pretrain(job(folder, tmp_path / "run"), callbacks=[Keep()])
+        pretrain(job(prepared_32, tmp_path / "run"), callbacks=[Keep()])
     assert len(kept) == 1
     model, after_first_step = kept[0]
     assert all(torch.equal(p, after_first_step[name]) for name, p in model.named_parameters())

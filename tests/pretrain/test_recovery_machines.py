@@ -12,7 +12,7 @@
 * A shard damaged on disk or of the wrong size, and a bad setting in a two-process run: one line, said once; the
   damaged shard stops both processes at the same step, and no process prints a traceback.
 
-The tiny model and corpus of tests/test_pretrain.py, fp32 (``mixed_precision no``).
+The tiny model and corpus of tests/helpers/pretraining.py, fp32 (``mixed_precision no``).
 """
 
 import errno
@@ -40,8 +40,9 @@ from hfbert.pretrain.checkpointing import STATE_FILE, is_complete, list_checkpoi
 from hfbert.pretrain.config import PretrainConfig
 from hfbert.pretrain.batches import BatchPlan
 from hfbert.pretrain.tracking import read_jsonl
-from test_pretrain import (  # noqa: F401  (fixtures)
-    TINY_MODEL, assert_same_weights, corpus, logged_steps, one_thread, prepare_folders, settings, write_config)
+
+from helpers.pretraining import (TINY_MODEL, assert_same_weights, logged_steps, prepare_folders, settings,
+                                 write_config)
 
 STEPS = 8
 DROPOUT = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}

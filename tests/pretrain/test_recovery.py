@@ -7,7 +7,6 @@ shipped Austen corpus): a SIGKILL in the middle of pruning, and a run forced to 
 documented path.
 """
 
-import gzip
 import json
 import os
 import re
@@ -21,13 +20,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_server import allow_hub_calls, silent_server  # noqa: F401
 from huggingface_hub import constants
 from safetensors.torch import load_file
 
 import hfbert.optim
 import hfbert.pretrain.plan as plan
-from hfbert.data import prepare_corpus
 from hfbert.hub import HubPushError
 from hfbert.pretrain import TrainingDivergedError, main, pretrain
 from hfbert.pretrain import checkpointing
@@ -44,9 +41,11 @@ from hfbert.pretrain.checkpointing import (
     save_checkpoint,
 )
 from hfbert.pretrain.config import ConfigError, PretrainConfig, command_parser
-from hfbert.pretrain.corpora import BUILTIN_CORPUS
 from hfbert.pretrain.recovery import RECOVERY_CHANGES, LossWatch, last_good_checkpoint, plan_start
 from hfbert.pretrain.tracking import read_jsonl
+
+from helpers.hub_server import allow_hub_calls
+from helpers.pretraining import prepare_folders, settings, write_config
 
 # ----------------------------------------------------------------------------------------------------------------
 # Checkpoints with a stand-in accelerator
@@ -222,44 +221,19 @@ def test_the_last_good_checkpoint_is_before_the_weights_that_went_wrong(tmp_path
 # ----------------------------------------------------------------------------------------------------------------
 # Real runs
 
-TINY_MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Bitwise comparisons between this process and a subprocess need the same (single-threaded) kernels."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# A checkpoint every step, one evaluation at the end, a fixed learning rate (the suggested recovery rates below are
+# quarters of it).
+RECOVERY = {"eval_steps": 8, "save_steps": 1, "learning_rate": 5e-4}
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> Path:
-    """The first 400 lines of the shipped corpus (nine chapters), prepared once at length 64."""
-    root = tmp_path_factory.mktemp("recovery-corpus")
-    with gzip.open(BUILTIN_CORPUS, "rt", encoding="utf-8") as handle:
-        (root / "austen_head.txt").write_text("".join(next(handle) for _ in range(400)), encoding="utf-8")
-    return prepare_corpus([str(root / "austen_head.txt")], root / "prepared", vocab_size=400, max_seq_length=64,
-                          input_layout="paragraphs", document_boundary="chapter", eval_fraction=0.2, seed=42,
-                          masking="dynamic")
+def folder(corpus, tmp_path_factory) -> Path:
+    """The nine chapters prepared once at length 64."""
+    return prepare_folders(corpus, tmp_path_factory.mktemp("recovery"), lengths=(64,))[64]
 
 
-def settings(prepared: Path, output_dir: Path, **overrides) -> dict:
-    values = {
-        "prepared": [str(prepared)], "preset": "tiny", "model": dict(TINY_MODEL), "batch_size": 8,
-        "max_seq_length": 64, "max_steps": 8, "logging_steps": 1, "eval_steps": 8, "save_steps": 1, "keep_last": 3,
-        "max_time_minutes": None, "max_eval_examples": 24, "progress_bar": False, "report_to": ["jsonl"],
-        "output_dir": str(output_dir), "fill_mask_text": "She was [MASK] happy.",
-        "learning_rate": 5e-4,  # fixed here: the suggested recovery rates below are quarters of it
-        "mixed_precision": "no",  # fp32: the bitwise comparisons
-    }
-    return {**values, **overrides}
-
-
-def write_config(path: Path, values: dict) -> Path:
-    path.write_text(json.dumps(values), encoding="utf-8")
-    return path
+def run_settings(folder: Path, output_dir: Path, **overrides) -> dict:
+    return settings([folder], output_dir, **{**RECOVERY, **overrides})
 
 
 def break_the_schedule(monkeypatch, from_step: int, factor: float = 4e4) -> None:
@@ -280,11 +254,11 @@ def printed_command(message: str) -> list[str]:
     return words[2:]
 
 
-def test_a_diverging_run_recovers_with_a_lower_learning_rate_through_the_documented_path(prepared, tmp_path,
+def test_a_diverging_run_recovers_with_a_lower_learning_rate_through_the_documented_path(folder, tmp_path,
                                                                                        monkeypatch, capsys):
     out = tmp_path / "run"
     break_the_schedule(monkeypatch, from_step=5)  # step 5's update blows the weights up: step 6's loss spikes
-    assert main(["--config", str(write_config(tmp_path / "run.json", settings(prepared, out)))]) == 1
+    assert main(["--config", str(write_config(tmp_path / "run.json", run_settings(folder, out)))]) == 1
     message = capsys.readouterr().err
     assert "at step 6; stopped before updating the weights" in message
     # checkpoint 5 holds the weights that produced step 6's loss: the last good one is 4
@@ -343,10 +317,10 @@ def test_a_diverging_run_recovers_with_a_lower_learning_rate_through_the_documen
     assert RECOVERY_CHANGES >= {"learning_rate", "warmup_ratio", "mixed_precision", "max_grad_norm"}
 
 
-def test_a_divergence_before_any_good_checkpoint_says_to_start_over(prepared, tmp_path, monkeypatch, capsys):
+def test_a_divergence_before_any_good_checkpoint_says_to_start_over(folder, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
     break_the_schedule(monkeypatch, from_step=2)  # step 3's loss goes wrong; checkpoint 2 holds its weights
-    config = PretrainConfig.from_dict(settings(prepared, out, save_steps=2))
+    config = PretrainConfig.from_dict(run_settings(folder, out, save_steps=2))
     with pytest.raises(TrainingDivergedError) as caught:
         pretrain(config)
     message = str(caught.value)
@@ -361,10 +335,10 @@ def test_a_divergence_before_any_good_checkpoint_says_to_start_over(prepared, tm
     assert [r["step"] for r in diverged] == [3]
 
 
-def test_the_loss_window_is_resumed_exactly(prepared, tmp_path):
+def test_the_loss_window_is_resumed_exactly(folder, tmp_path):
     """A resumed run watches the same window as an uninterrupted one (it is in the checkpoint)."""
     out = tmp_path / "run"
-    pretrain(PretrainConfig.from_dict(settings(prepared, out, max_steps=4, save_steps=2, loss_spike_window=3)))
+    pretrain(PretrainConfig.from_dict(run_settings(folder, out, max_steps=4, save_steps=2, loss_spike_window=3)))
     two, four = (read_state(out / f"checkpoint-{s:08d}")["recent_losses"] for s in (2, 4))
     losses = [r["loss"] for r in read_jsonl(out / "runs" / "metrics.jsonl") if "loss" in r]
     assert two == pytest.approx(losses[:2]) and four == pytest.approx(losses[1:4])  # logged every step
@@ -386,17 +360,17 @@ KILL_WHILE_PRUNING = """
 
 
 @pytest.fixture(scope="module")
-def straight(prepared, tmp_path_factory) -> Path:
+def straight(folder, tmp_path_factory) -> Path:
     """An uninterrupted run of the settings the kill tests use."""
     out = tmp_path_factory.mktemp("straight")
-    pretrain(PretrainConfig.from_dict(settings(prepared, out, save_steps=2, keep_last=2)))
+    pretrain(PretrainConfig.from_dict(run_settings(folder, out, save_steps=2, keep_last=2)))
     return out
 
 
 @pytest.mark.parametrize("point", ["published", "deleting"])
-def test_sigkill_during_save_and_prune_then_resume_keeps_keep_last_and_is_exact(prepared, straight, tmp_path, point):
+def test_sigkill_during_save_and_prune_then_resume_keeps_keep_last_and_is_exact(folder, straight, tmp_path, point):
     out = tmp_path / "killed"
-    config_file = write_config(tmp_path / "run.json", settings(prepared, out, save_steps=2, keep_last=2))
+    config_file = write_config(tmp_path / "run.json", run_settings(folder, out, save_steps=2, keep_last=2))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     killed = subprocess.run([sys.executable, "-c", textwrap.dedent(KILL_WHILE_PRUNING), str(config_file), point,
                              str(out)], capture_output=True, text=True, timeout=300, env=env)
@@ -405,18 +379,18 @@ def test_sigkill_during_save_and_prune_then_resume_keeps_keep_last_and_is_exact(
     assert [s for s, _ in list_checkpoints(out)] == ([2, 4, 6] if point == "published" else [4, 6])
     assert (out / "checkpoint-00000002.deleting").is_dir() == (point == "deleting")
 
-    pretrain(PretrainConfig.from_dict(settings(prepared, out, save_steps=2, keep_last=2, resume=True)))
+    pretrain(PretrainConfig.from_dict(run_settings(folder, out, save_steps=2, keep_last=2, resume=True)))
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-00000006", "checkpoint-00000008"]
     left, right = load_file(straight / "model.safetensors"), load_file(out / "model.safetensors")
     assert all(torch.equal(left[name], right[name]) for name in left)
 
 
-def test_pretrain_push_to_a_silent_hub_fails_within_the_timeout(prepared, tmp_path, monkeypatch, silent_server):
+def test_pretrain_push_to_a_silent_hub_fails_within_the_timeout(folder, tmp_path, monkeypatch, silent_server):
     allow_hub_calls(monkeypatch)
     monkeypatch.setattr(constants, "ENDPOINT", silent_server.url)
     monkeypatch.setenv("HF_TOKEN", "hf_write_token")
     out = tmp_path / "run"
-    config = PretrainConfig.from_dict(settings(prepared, out, max_steps=2, save_steps=2, push_to_hub="user/tiny",
+    config = PretrainConfig.from_dict(run_settings(folder, out, max_steps=2, save_steps=2, push_to_hub="user/tiny",
                                                hub_timeout=1.0))
     with pytest.raises(HubPushError, match=rf"the Hub at {re.escape(silent_server.url)} did not answer within 1 s "
                                            r"while pushing user/tiny .*Nothing was changed in"):

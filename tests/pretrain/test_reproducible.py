@@ -3,7 +3,7 @@ weights, bit for bit, on one machine with one thread count; and each setting tha
 computes (``TRAJECTORY_NEUTRAL``) ends, changed alone, in the same weights.
 
 Dropout is on in these runs, so a setting that disturbed torch's random stream (an evaluation or a checkpoint that
-drew a random number) would show; the tiny model and corpus of tests/test_pretrain.py, fp32.
+drew a random number) would show; the tiny model and corpus of tests/helpers/pretraining.py, fp32.
 """
 
 import hashlib
@@ -19,8 +19,8 @@ from hfbert.data import PreparedCorpus
 from hfbert.data.remote import parse_size
 from hfbert.pretrain import PretrainConfig, pretrain
 from hfbert.pretrain.config import RESUMABLE_CHANGES, TRAJECTORY_NEUTRAL
-from test_pretrain import (  # noqa: F401  (fixtures)
-    TINY_MODEL, assert_same_weights, corpus, logged_steps, one_thread, prepared, settings)
+
+from helpers.pretraining import TINY_MODEL, assert_same_weights, logged_steps, settings
 
 DROPOUT = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
 STEPS = 6
@@ -141,7 +141,7 @@ def on_the_local_hub(where: str, values: dict, prepared, cache: Path, monkeypatc
     """Run ``values`` where its setting acts, on the local Hub server: with a push, or from a Hub dataset repo that
     holds the reference's prepared folder (read through ``cache``)."""
     from huggingface_hub import constants
-    from hub_server import allow_hub_calls, start_hub
+    from helpers.hub_server import allow_hub_calls, start_hub
 
     from hfbert.data import push_prepared
 
