@@ -7,6 +7,10 @@
 ``--task_type auto`` picks regression for float targets (``num_labels == 1``, MSE), multi-label for list
 targets (BCE) and single-label classification otherwise. ``--model_family transformers`` trains
 transformers' own ``BertForSequenceClassification`` with the same recipe and seed, for comparison.
+
+Texts longer than ``--max_seq_length`` are truncated, or with ``--doc_stride N`` split into windows sharing N
+tokens (``hfbert.tasks.windows``): every window trains with its text's label, and a text's prediction and scores
+(during training too) come from the mean of its windows' logits, one row per input row.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ from ..tasks import (
     CardKeepingTrainer,
     build_label_maps,
     check_columns,
+    count_windows,
     encode_labels,
     metrics_for_trainer,
 )
-from ..settings import setting
+from ..settings import UsageError, setting
 from ..tasks.recipe import DataFiles, ModelArguments, finish_run, note, parse_args, write_jsonl
+from ..tasks.windows import check_stride, combine_windows, window_texts
 
 
 @dataclass
@@ -33,6 +39,16 @@ class DataArguments(DataFiles):
     label_column: str = setting("label", "column with the label (a string, a number or a list)")
     task_type: str = setting("auto", "auto, single_label_classification, regression or multi_label_classification")
     max_seq_length: int = setting(128, "tokens per example, [CLS] and [SEP] included; longer texts are truncated")
+    doc_stride: int | None = setting(None, "split longer texts into windows sharing this many tokens (trained each "
+                                           "with the text's label; a text's prediction is the mean of its windows' "
+                                           "logits) instead of truncating them")
+
+    def __post_init__(self):
+        if self.doc_stride is not None:
+            try:
+                check_stride(self.doc_stride, self.max_seq_length)
+            except ValueError as err:
+                raise UsageError(f"--{err}") from None
 
 
 def infer_task_type(values) -> str:
@@ -63,38 +79,45 @@ def main(argv=None) -> dict:
     tokenizer, model = model_args.load("sequence-classification", **head)
 
     notes: list[str] = []
+    windowed = data_args.doc_stride is not None
+    texts = {"text_column": data_args.text_column, "text_pair_column": data_args.text_pair_column}
 
-    def preprocess(batch):
-        texts = [batch[data_args.text_column]]
-        if data_args.text_pair_column:
-            texts.append(batch[data_args.text_pair_column])
-        enc = tokenizer(*texts, truncation=True, max_length=data_args.max_seq_length)
-        enc["num_tokens"] = [len(x) for x in tokenizer(*texts)["input_ids"]]
-        enc["labels"] = encode_labels(batch[data_args.label_column], label2id, task_type)
-        return enc
+    def preprocess(batch, indices):
+        labels = encode_labels(batch[data_args.label_column], label2id, task_type)
+        if windowed:
+            return window_texts(batch, indices, tokenizer, data_args.max_seq_length, data_args.doc_stride,
+                                labels=labels, **texts)
+        pair = [batch[data_args.text_pair_column]] if data_args.text_pair_column else []
+        enc = tokenizer(batch[data_args.text_column], *pair, truncation=True, max_length=data_args.max_seq_length)
+        enc["num_tokens"] = [len(x) for x in tokenizer(batch[data_args.text_column], *pair)["input_ids"]]
+        return {**enc, "labels": labels}
 
-    data = raw.map(preprocess, batched=True, remove_columns=raw["train"].column_names, desc="tokenising")
+    data = raw.map(preprocess, batched=True, with_indices=True, remove_columns=raw["train"].column_names,
+                   desc="windows" if windowed else "tokenising")
+    # Each window's row: scores and predictions are per input row, a row's windows combined first.
+    documents = {split: ds["document"] for split, ds in data.items()} if windowed else {}
     for split, ds in data.items():
-        cut = sum(n > data_args.max_seq_length for n in ds["num_tokens"])
-        if cut:  # sequence classification reads [CLS] of one window; say how many texts lost their tail
-            note(notes, f"{cut} of {len(ds)} {split} texts are longer than {data_args.max_seq_length} tokens "
-                        f"and were truncated (their tail is not seen)")
-    data = data.remove_columns("num_tokens")
+        _note_length(notes, split, ds, data_args)
+    data = data.remove_columns("document" if windowed else "num_tokens")
 
     trainer = CardKeepingTrainer(
         model=model, args=training_args, train_dataset=data["train"], eval_dataset=data.get("validation"),
         processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=metrics_for_trainer(task_type),
+        compute_metrics=metrics_for_trainer(task_type, documents=documents.get("validation")),
     )
     metrics: dict = {}
-    if training_args.do_train or not training_args.do_eval:
+    # TrainingArguments turns do_eval on for any eval_strategy: evaluating during training still means training.
+    if training_args.do_train or not training_args.do_eval or training_args.eval_strategy != "no":
         metrics.update(trainer.train().metrics)
     for split, prefix in (("validation", "eval"), ("test", "test")):
         if split not in data:
             continue
+        trainer.compute_metrics = metrics_for_trainer(task_type, documents=documents.get(split))
         output = trainer.predict(data[split], metric_key_prefix=prefix)
         metrics.update(output.metrics)
         logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+        if windowed:
+            logits = combine_windows(logits, documents[split])
         write_jsonl(f"{training_args.output_dir}/{prefix}_predictions.jsonl",
                     _prediction_rows(logits, id2label, task_type))
     finish_run(
@@ -105,6 +128,21 @@ def main(argv=None) -> dict:
                           "eval": f"{data_args.validation_file} ({len(data.get('validation', []))} rows)"},
     )
     return metrics
+
+
+def _note_length(notes, split, ds, data_args):
+    """Say how many texts were longer than one window, and what became of their tail."""
+    if data_args.doc_stride is None:
+        cut = sum(n > data_args.max_seq_length for n in ds["num_tokens"])
+        if cut:  # sequence classification reads [CLS] of one window; say how many texts lost their tail
+            note(notes, f"{cut} of {len(ds)} {split} texts are longer than {data_args.max_seq_length} tokens "
+                        f"and were truncated (their tail is not seen)")
+        return
+    counts = count_windows(ds["document"])
+    if counts["windowed_examples"]:
+        note(notes, f"{counts['windowed_examples']} of {counts['examples']} {split} texts are longer than "
+                    f"{data_args.max_seq_length} tokens: {counts['windows']} windows sharing {data_args.doc_stride} "
+                    f"tokens, one prediction per text from the mean of its windows' logits (windowed, not cut)")
 
 
 def _prediction_rows(logits, id2label, task_type):

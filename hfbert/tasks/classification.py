@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from ..metrics import shared
+from .windows import combine_windows, document_labels
 
 PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
 
@@ -111,12 +112,16 @@ def classification_metrics(predictions: np.ndarray, labels: np.ndarray, problem_
     return shared("classification").compute(**inputs, average=average)
 
 
-def metrics_for_trainer(problem_type: str, metric=None):
+def metrics_for_trainer(problem_type: str, metric=None, documents: Sequence[int] | None = None):
     """A ``compute_metrics`` callable for ``transformers.Trainer``.
 
     ``metric``: by default hfbert's own modules (:func:`classification_metrics`). Otherwise a metric name or
     path for ``evaluate.load`` (e.g. a Hub metric), or a loaded module or ``evaluate.combine(...)``; it is given
     the :func:`metric_inputs` of the evaluation (class ids, 0/1 vectors or values).
+
+    ``documents``: when the evaluated rows are windows of longer texts, each window's document
+    (:func:`~hfbert.tasks.windows.window_texts`); the windows' logits are then averaged per document
+    (:func:`~hfbert.tasks.windows.combine_windows`) and every document is scored once.
     """
     if problem_type not in PROBLEM_TYPES:
         raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {problem_type!r}")
@@ -129,8 +134,11 @@ def metrics_for_trainer(problem_type: str, metric=None):
 
     def compute_metrics(eval_pred) -> dict[str, float]:
         logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
+        labels = eval_pred.label_ids
+        if documents is not None:
+            logits, labels = combine_windows(logits, documents), document_labels(labels, documents)
         if metric is None:
-            return classification_metrics(logits, eval_pred.label_ids, problem_type)
-        return metric.compute(**metric_inputs(logits, eval_pred.label_ids, problem_type))
+            return classification_metrics(logits, labels, problem_type)
+        return metric.compute(**metric_inputs(logits, labels, problem_type))
 
     return compute_metrics
