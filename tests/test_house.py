@@ -272,6 +272,58 @@ def test_no_module_imports_from_a_higher_layer():
     assert all(graph[module] <= remote for module in remote), "the remote-code files import only each other"
 
 
+# The tests: each test module stands alone. What two modules share lives in a conftest.py (fixtures) or in
+# tests/helpers/ (plain code), never in another test module, whose import would also run that module's fixtures.
+
+TEST_SUITES = (REPO / "tests", BENCHMARKS / "tests")
+_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+)?import\s+([^#]*)")  # the module, then what a line imports
+
+
+def _test_module_imports(*roots: Path) -> list[str]:
+    """Every line of a .py file under ``roots`` that imports a test module (``test_*``) or a conftest, in code or in
+    the source of a script a test runs in a subprocess."""
+    found = []
+    for root in roots:
+        for file in sorted(root.rglob("*.py")):
+            for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+                match = _IMPORT.match(line)
+                if not match:
+                    continue
+                imported = re.sub(r"\bas\s+\w+", "", match[2])  # the names bound, not what they are called
+                names = re.findall(r"[\w.]+", f"{match[1] or ''} {imported}")
+                if any(part.startswith("test_") or part == "conftest" for n in names for part in n.split(".")):
+                    found.append(f"{file.relative_to(root.parent)}:{number}: {line.strip()}")
+    return found
+
+
+def test_no_test_module_imports_another():
+    imports = _test_module_imports(*TEST_SUITES)
+    assert not imports, "fixtures go to a conftest.py, shared code to tests/helpers/:\n" + "\n".join(imports)
+
+
+PLANTED_IMPORTS = {
+    "from a module": "from test_pretrain import corpus, settings  # noqa: F401\n",
+    "a module": "import test_pretrain\n",
+    "one of several": "import json, test_pretrain as pretraining\n",
+    "from a folder": "from pretrain.test_pretrain import settings\n",
+    "inside a function": "def run():\n    from tests.pretrain import test_pretrain\n",
+    "in a subprocess's script": 'SCRIPT = """\n    import fsspec, test_data_remote\n"""\n',
+    "a conftest": "from conftest import corpus\n",
+}
+
+
+@pytest.mark.parametrize("where", PLANTED_IMPORTS)
+def test_the_test_import_scan_finds_a_planted_import(tmp_path, where):
+    tests = tmp_path / "tests"
+    (tests / "pretrain").mkdir(parents=True)
+    (tests / "pretrain" / "test_clean.py").write_text(
+        "import json\nimport pytest\nimport helpers.flaky_filesystem\nfrom helpers.pretraining import settings\n",
+        encoding="utf-8")
+    assert _test_module_imports(tests) == []
+    (tests / "pretrain" / "test_planted.py").write_text(PLANTED_IMPORTS[where], encoding="utf-8")
+    assert [hit.split(":")[0] for hit in _test_module_imports(tests)] == ["tests/pretrain/test_planted.py"], where
+
+
 # Cycles planted in a copy of the package, in each form an import takes: (file, code appended, what it ties).
 MODULES = ("hfbert.hub", "hfbert.model_source")
 PLANTED_CYCLES = {

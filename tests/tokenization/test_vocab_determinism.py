@@ -15,8 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import SHIPPED_CORPUS
 
+from hfbert.data.sources import BUILTIN_CORPUS
 from hfbert.tokenization import (
     SPECIAL_TOKENS,
     _chunk_counts,
@@ -32,7 +32,7 @@ VOCAB_SIZE = 1000
 @pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory) -> Path:
     """The first 2,000 lines of the shipped Austen corpus."""
-    with gzip.open(SHIPPED_CORPUS, "rt", encoding="utf-8") as handle:
+    with gzip.open(BUILTIN_CORPUS, "rt", encoding="utf-8") as handle:
         lines = [next(handle) for _ in range(2000)]
     path = tmp_path_factory.mktemp("determinism") / "austen_2000.txt"
     path.write_text("".join(lines), encoding="utf-8")
