@@ -7,15 +7,12 @@ prepared once per module into folders of length 64 and 96 (one tokenizer).
 """
 
 import dataclasses
-import gzip
 import hashlib
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -34,83 +31,11 @@ from hfbert.pretrain.batches import BatchPlan, Permutation, training_batch
 from hfbert.pretrain.corpora import BUILTIN_CORPUS, prepare_source
 from hfbert.pretrain.tracking import read_jsonl
 
-REPO = Path(__file__).resolve().parents[1]
-TINY_MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37}
-N = 8  # steps of the resume experiments
+from helpers.pretraining import (KILL_AFTER_CHECKPOINT, STEPS, TINY_MODEL, assert_same_weights, logged_steps,
+                                 run_script, settings, write_config)
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Bitwise comparisons between this process and subprocesses need the same (single-threaded) kernels."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    """The first 400 lines of the shipped corpus: nine chapters, about 390 sentences."""
-    with gzip.open(BUILTIN_CORPUS, "rt", encoding="utf-8") as handle:
-        lines = [next(handle) for _ in range(400)]
-    path = tmp_path_factory.mktemp("corpus") / "austen_head.txt"
-    path.write_text("".join(lines), encoding="utf-8")
-    return path
-
-
-def prepare_folders(corpus: Path, root: Path, lengths=(64, 96), **settings) -> dict[int, Path]:
-    """The corpus prepared at each length, the tokenizer trained once (at the first length) and reused."""
-    folders, tokenizer = {}, None
-    for length in lengths:
-        folders[length] = prepare_corpus(
-            [str(corpus)], root / f"length-{length}", tokenizer=tokenizer, vocab_size=400, max_seq_length=length,
-            input_layout="paragraphs", document_boundary="chapter", eval_fraction=0.2, seed=42,
-            **{"masking": "dynamic", **settings})
-        tokenizer = tokenizer or folders[length]
-    return folders
-
-
-@pytest.fixture(scope="module")
-def prepared(corpus, tmp_path_factory) -> dict[int, Path]:
-    """One vocabulary shared by every run (trained once, so the runs do not each pay for it)."""
-    return prepare_folders(corpus, tmp_path_factory.mktemp("prepared"))
-
-
-def settings(folders, output_dir, **overrides) -> dict:
-    values = {
-        "prepared": [str(folder) for folder in folders], "preset": "tiny", "model": dict(TINY_MODEL),
-        "batch_size": 8, "max_seq_length": 64, "max_steps": N, "logging_steps": 1, "eval_steps": 4, "save_steps": 2,
-        "keep_last": 3, "max_time_minutes": None, "max_eval_examples": 24, "progress_bar": False,
-        "report_to": ["jsonl"], "output_dir": str(output_dir), "fill_mask_text": "She was [MASK] happy.",
-        "mixed_precision": "no",  # fp32: the bitwise and the 1e-4 comparisons
-    }
-    values.update(overrides)
-    return values
-
-
-def write_config(path: Path, values: dict) -> Path:
-    path.write_text(json.dumps(values), encoding="utf-8")
-    return path
-
-
-def logged_steps(output_dir: Path) -> list[dict]:
-    """Every logged line except the wall-clock figures and what the reader holds, which no two runs share."""
-    records = read_jsonl(output_dir / "runs" / "metrics.jsonl")
-    clock = ("tokens_per_second", "train_seconds", "step_seconds", "data_seconds", "reader_mib", "open_files")
-    return [{k: v for k, v in r.items() if k not in clock} for r in records if "step" in r]
-
-
-def assert_same_weights(a: Path, b: Path) -> None:
-    left, right = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
-    assert left.keys() == right.keys()
-    different = [name for name in left if not torch.equal(left[name], right[name])]
-    assert not different, f"parameters differ bitwise: {different[:5]}"
-
-
-def run_script(script: str, *args, timeout: int = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script), *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+REPO = Path(__file__).resolve().parents[2]
+N = STEPS  # steps of the resume experiments
 
 
 # The resume experiments run BERT's two-phase schedule in miniature: 5 steps at length 64, then 3 at length 96.
@@ -141,23 +66,6 @@ def test_straight_run_follows_the_phases_and_keeps_the_last_checkpoints(straight
 # ----------------------------------------------------------------------------------------------------------------
 # 1. Exact resume
 
-
-KILL_AFTER_CHECKPOINT = """
-    import os, signal, sys, torch
-    torch.set_num_threads(1)
-    import hfbert.pretrain.checkpointing as checkpointing
-    from hfbert.pretrain import main
-
-    publish = checkpointing.publish
-
-    def publish_then_die(scratch, final):
-        publish(scratch, final)
-        if final.name == sys.argv[2]:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    checkpointing.publish = publish_then_die
-    sys.exit(main(["--config", sys.argv[1]]))
-"""
 
 KILL_DURING_CHECKPOINT = """
     import os, signal, sys, torch
@@ -590,7 +498,7 @@ def test_prepared_folders_need_one_tokenizer(prepared, corpus, tmp_path, capsys)
 
 def test_a_prepared_hub_dataset_repo_trains_like_its_folder(prepared, tmp_path, monkeypatch):
     """--prepared user/name: the dataset repo is downloaded (once per machine) and trains exactly as its folder."""
-    from hub_server import allow_hub_calls, start_hub
+    from helpers.hub_server import allow_hub_calls, start_hub
 
     from hfbert.data import push_prepared
 
@@ -631,7 +539,7 @@ def test_default_job_prepares_the_builtin_corpus():
 
 def test_push_to_hub_uploads_the_export_but_not_the_checkpoints(prepared, tmp_path, monkeypatch):
     from huggingface_hub import constants
-    from hub_server import allow_hub_calls, start_hub
+    from helpers.hub_server import allow_hub_calls, start_hub
 
     hub, httpd = start_hub()
     try:

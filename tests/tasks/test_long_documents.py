@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from transformers import EvalPrediction
 
 from hfbert.recipes import finetune_classification
@@ -18,14 +17,6 @@ from hfbert.tasks.windows import combine_windows, document_labels, window_texts
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37}
 POS, NEG = ["good", "great", "fine"], ["bad", "awful", "poor"]
 FILLER = ["the", "movie", "was", "plot", "acting", "really", "quite", "and", "it", "met", "in", "who", "where"]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 budget, the run ends at the budget annealed, evaluated and exported, a downstream evaluation stops the clock, a
 killed run resumed continues its clock, and the processes of a run follow one clock.
 
-A tiny model (hidden 32, 2 layers) on the nine-chapter corpus of test_pretrain, two phases (lengths 64 and 96).
+A tiny model (hidden 32, 2 layers) on the nine-chapter corpus (tests/helpers/pretraining.py), two phases (lengths 64 and 96).
 """
 
 import json
@@ -12,9 +12,6 @@ import time
 import types
 
 import pytest
-from test_pretrain import (KILL_AFTER_CHECKPOINT, corpus, prepared, run_script,  # noqa: F401  (fixtures)
-                           settings, write_config)
-from test_pretrain_distributed import launch
 
 import hfbert.pretrain.clock
 import hfbert.pretrain.loop
@@ -23,6 +20,8 @@ from hfbert.pretrain import PretrainCallback, pretrain
 from hfbert.pretrain.clock import BUDGET_UNITS, Clock
 from hfbert.pretrain.config import ConfigError, PretrainConfig
 from hfbert.pretrain.tracking import read_jsonl
+
+from helpers.pretraining import KILL_AFTER_CHECKPOINT, launch, run_script, settings, write_config
 
 BUDGET = 0.4  # minutes
 PHASES = [{"max_seq_length": 64, "fraction": 0.5}, {"max_seq_length": 96, "fraction": 0.5}]
