@@ -37,6 +37,9 @@ from helpers.hub_server import Fault, HubServer, allow_hub_calls
 from helpers.pretraining import KILL_AFTER_CHECKPOINT, STEPS, TINY_MODEL, settings
 
 REPO_ID = "user/austen-64"
+# Seconds a read may run past its limit: the error's way up and a loaded machine's scheduler. Far below what it would
+# take without the limit (a 30-second hang, or a wait per retry).
+MARGIN = 5
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +143,7 @@ def test_attempts_reuse_their_threads_and_a_call_past_its_limit_does_not_hold_th
     began = time.monotonic()
     with pytest.raises(TimeoutError):
         attempts.run(lambda: release.wait(30), 0.2)
-    assert time.monotonic() - began < 2
+    assert time.monotonic() - began < 0.2 + MARGIN
     assert attempts.run(lambda: 7, 5.0) == 7  # served by another thread meanwhile
     release.set()
     deadline = time.monotonic() + 10
@@ -171,7 +174,7 @@ def test_a_read_that_keeps_failing_stops_within_the_limit_naming_shard_and_url(l
     began = time.monotonic()
     with pytest.raises(ShardReadError) as caught:
         corpus.rows("train", [0])
-    assert time.monotonic() - began < 4  # the limit, not the filesystem's hang
+    assert time.monotonic() - began < 1.5 + MARGIN  # the limit, not the filesystem's hang
     message = str(caught.value)
     assert "\n" not in message and "data/train-00000-of-00002.parquet" in message and "flaky://corpus" in message
     assert flaky.failed >= 2  # retried before giving up
@@ -310,7 +313,7 @@ def test_hub_faults_are_retried_then_stop_in_one_line_naming_shard_and_url(local
     began = time.monotonic()
     with pytest.raises(ShardReadError) as caught:
         corpus.rows("train", [local.num_rows("train") - 1])
-    assert time.monotonic() - began < 6
+    assert time.monotonic() - began < 3 + MARGIN  # the limit, not the silent server's 30 s
     message = str(caught.value)
     assert "\n" not in message and "data/train-00001-of-00002.parquet" in message
     assert f"hf://datasets/{REPO_ID}@" in message and hub.fault.served >= 2
