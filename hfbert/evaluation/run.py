@@ -484,6 +484,8 @@ def _run(task: SuiteTask, seed: int, model: str, data: TaskFiles, run_dir: Path,
         for pattern in WEIGHT_PATTERNS:
             for file in run_dir.glob(pattern):
                 file.unlink()
+        for checkpoint in run_dir.glob("checkpoint-*"):  # the best-checkpoint preset's saves
+            shutil.rmtree(checkpoint, ignore_errors=True)
     result = {"task": task.name, "seed": seed, "key": key, "scores": {m: float(metrics[m]) for m in task.metrics},
               "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
               "seconds": round(seconds, 1)}

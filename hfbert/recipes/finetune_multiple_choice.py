@@ -17,7 +17,7 @@ from transformers import DataCollatorForMultipleChoice, TrainingArguments, set_s
 
 from ..tasks import CardKeepingTrainer, check_columns
 from ..settings import setting
-from ..tasks.recipe import DataFiles, ModelArguments, finish_run, note, parse_args, write_jsonl
+from ..tasks.recipe import DataFiles, ModelArguments, finish_run, note, parse_args, wants_training, write_jsonl
 
 
 @dataclass
@@ -81,7 +81,7 @@ def main(argv=None) -> dict:
         compute_metrics=lambda p: {"accuracy": float((np.argmax(p.predictions, -1) == p.label_ids).mean())},
     )
     metrics: dict = {}
-    if training_args.do_train or not training_args.do_eval:
+    if wants_training(training_args):
         metrics.update(trainer.train().metrics)
     if "validation" in data:
         output = trainer.predict(data["validation"], metric_key_prefix="eval")

@@ -24,7 +24,7 @@ from ..tasks import (
     tokenize_and_align_labels,
 )
 from ..settings import setting
-from ..tasks.recipe import DataFiles, ModelArguments, finish_run, note, parse_args, write_jsonl
+from ..tasks.recipe import DataFiles, ModelArguments, finish_run, note, parse_args, wants_training, write_jsonl
 
 
 @dataclass
@@ -72,7 +72,7 @@ def main(argv=None) -> dict:
         processing_class=tokenizer, data_collator=DataCollatorForTokenClassification(tokenizer),
     )
     metrics: dict = {}
-    if training_args.do_train or not training_args.do_eval:
+    if wants_training(training_args):
         metrics.update(trainer.train().metrics)
     for split, prefix in (("validation", "eval"), ("test", "test")):
         if split in features:

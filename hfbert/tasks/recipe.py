@@ -120,6 +120,12 @@ def parse_args(dataclass_types: Sequence[type], argv: Sequence[str] | None = Non
     return parsed if isinstance(parsed, tuple) else (parsed,)
 
 
+def wants_training(args) -> bool:
+    """Whether a recipe trains: unless only ``--do_eval`` was asked for (an evaluation of a fine-tuned model). An
+    ``--eval_strategy`` other than "no" turns ``do_eval`` on by itself, and means evaluations during training."""
+    return args.do_train or not args.do_eval or args.eval_strategy != "no"
+
+
 def note(notes: list[str], message: str) -> None:
     """Record a data note for the card/results and warn now, so nothing is altered silently."""
     notes.append(message)

@@ -248,3 +248,19 @@ def test_bad_protocol_settings_stop_in_one_line(model_dir, suite_file, tmp_path,
     with pytest.raises(UsageError, match="selection split of 64 rows"):
         evaluate(str(model_dir), suite_file, seeds=[1], output_dir=tmp_path / "p", progress=False,
                  protocol=Protocol(selection_rows=64, baseline=True))
+
+
+def test_the_stable_preset_trains_every_run_and_keeps_the_best_checkpoint_on_the_selection_split(model_dir, suite_file,
+                                                                                                 tmp_path):
+    out = tmp_path / "stable"
+    summary = evaluate(str(model_dir), suite_file, seeds=[1], output_dir=out, progress=False,
+                       protocol=Protocol(preset="stable", learning_rates=(1e-4, 3e-3), max_steps=10))
+    task = summary["protocol"]["tasks"]["polarity"]
+    assert task["max_steps"] == 10 and set(task["sizes"]["full"]["model"]["selection"]) == {"0.0001", "0.003"}
+    for rate in ("0.0001", "0.003"):
+        run = out / "runs" / "polarity" / "model" / "size-full" / f"lr-{rate}" / "seed-1"
+        metrics = json.loads((run / "result.json").read_text())["metrics"]
+        assert metrics["train_loss"] > 0 and metrics["epoch"] > 0  # it trained, though evaluations turn do_eval on
+        assert not list(run.glob("checkpoint-*")) and not list(run.glob("*.safetensors"))
+        args = torch.load(run / "training_args.bin", weights_only=False)
+        assert args.load_best_model_at_end and args.eval_steps == 1 and args.max_steps == 10
