@@ -1,5 +1,7 @@
-"""The training process gives large freed blocks back to the system (hfbert.pretrain.host_memory)."""
+"""The training process gives large freed blocks back to the system (hfbert.pretrain.host_memory): ``hfbert
+pretrain`` sets that for its process, ``pretrain()`` leaves its caller's allocator alone."""
 
+import ctypes
 import os
 import platform
 import subprocess
@@ -8,7 +10,13 @@ import textwrap
 
 import pytest
 
-from hfbert.pretrain.host_memory import return_large_blocks
+import hfbert.pretrain.loop
+from hfbert.pretrain import PretrainConfig, pretrain
+from hfbert.pretrain.command import main
+from hfbert.pretrain.host_memory import _M_MMAP_THRESHOLD, LARGE_BLOCK, return_large_blocks
+from hfbert.pretrain.loop import PretrainResult
+
+from helpers.pretraining import settings
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
@@ -59,3 +67,43 @@ def test_a_large_block_is_mapped_and_unmapped_even_after_a_larger_one_was_freed(
 def test_it_says_when_it_cannot(monkeypatch):
     monkeypatch.setattr("sys.platform", "darwin")
     assert return_large_blocks() is False
+
+
+class MalloptCalls(list):
+    """The C library's ``mallopt`` calls made through ctypes, recorded and not made."""
+
+    def __init__(self, monkeypatch):
+        super().__init__()
+        load = ctypes.CDLL
+        monkeypatch.setattr(ctypes, "CDLL", lambda name, *args, **kwargs: (
+            self._Libc(load(name, *args, **kwargs), self) if name is None else load(name, *args, **kwargs)))
+
+    class _Libc:
+        def __init__(self, libc, calls):
+            self._libc, self._calls = libc, calls
+
+        def __getattr__(self, name):
+            if name == "mallopt":
+                return lambda parameter, value: self._calls.append((parameter, value.value)) or 1
+            return getattr(self._libc, name)
+
+
+def test_pretrain_leaves_the_allocator_of_its_process_alone(prepared, tmp_path, monkeypatch):
+    calls = MalloptCalls(monkeypatch)
+    pretrain(PretrainConfig.from_dict(settings([prepared[64]], tmp_path / "out", max_steps=2, eval_steps=2,
+                                               save_steps=2, max_eval_examples=8)))
+    assert calls == []
+
+
+@pytest.mark.skipif(not GLIBC, reason="the setting is glibc's; other C libraries keep their own policy")
+def test_the_command_sets_it_for_its_process(tmp_path, monkeypatch):
+    calls = MalloptCalls(monkeypatch)
+    ran = []
+
+    def job(config):
+        ran.append(list(calls))  # what was set before the job
+        return PretrainResult(tmp_path, {})
+
+    monkeypatch.setattr(hfbert.pretrain.loop, "pretrain", job)
+    assert main(["--output_dir", str(tmp_path / "out")]) == 0
+    assert ran == [[(_M_MMAP_THRESHOLD, LARGE_BLOCK)]]

@@ -11,6 +11,7 @@ from ..evaluation import EvaluationError
 from ..hub import HubPushError
 from .checkpointing import DiskFullError
 from .config import command_parser
+from .host_memory import return_large_blocks
 from . import loop  # the job is looked up there when the command runs (a caller may wrap loop.pretrain)
 from .loop import CORPUS_ERRORS, PretrainResult, StepDataError, StoppedByAnotherProcess, TrainingDivergedError
 
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> int:
         try:
             config = parser.parse_values(sys.argv[1:] if argv is None else argv)
+            # The command owns its process, so it may set the allocator for good (pretrain() leaves it alone):
+            # blocks larger than a training step's go back to the system when freed (host_memory.py).
+            return_large_blocks()
             result = loop.pretrain(config)
         except UsageError:
             if not _first_on_this_machine():  # every process checks the same settings; one of them says so

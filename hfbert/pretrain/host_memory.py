@@ -9,6 +9,10 @@ stay resident: the process's anonymous memory climbs by a step at each evaluatio
 :func:`return_large_blocks` fixes the threshold at :data:`LARGE_BLOCK`, above the blocks of a small model's training
 step (which keep coming from the heap, without a page fault each step) and below an evaluation's, which are then
 mapped when allocated and unmapped when freed. Measured in docs/pretraining.md (Memory).
+
+The setting holds for the whole process, for good: glibc has no call that reads the threshold back, and once it is
+set, none that brings back glibc's own rising threshold. So ``hfbert pretrain``, which owns its process, sets it
+before the job; :func:`~hfbert.pretrain.pretrain` leaves the allocator of its caller's process alone.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 
 
 def return_large_blocks(threshold: int = LARGE_BLOCK) -> bool:
-    """Fix glibc's mmap threshold at ``threshold`` bytes for this process; False where the C library is not glibc
-    (another allocator keeps its own policy)."""
+    """Fix glibc's mmap threshold at ``threshold`` bytes for the rest of this process (it cannot be undone, see the
+    module docstring); False where the C library is not glibc (another allocator keeps its own policy)."""
     if not sys.platform.startswith("linux"):
         return False
     try:

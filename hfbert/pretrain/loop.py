@@ -46,7 +46,6 @@ from .checkpointing import from_main, save_checkpoint, seed_step, settle
 from .clock import BUDGET_UNITS, Budget, Clock
 from .config import Phase, PretrainConfig
 from .export import LOG_FILE, export, push
-from .host_memory import return_large_blocks
 from .nsp_choice import CHECK_SHARE, check_held_out, check_note
 from .plan import CONFIG_FILE, STATS, RunPlan, plan_run, preflight, tracker_config
 from .recovery import LossWatch, diverged_message, record_divergence
@@ -107,11 +106,15 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
     :class:`TrainingDivergedError` when the loss stops being finite, :class:`~hfbert.pretrain.checkpointing.
     DiskFullError` when a checkpoint or the export does not fit on the disk; once the model is exported,
     :class:`~hfbert.evaluation.EvaluationError` when a run of ``evaluate_suite`` fails and
-    :class:`~hfbert.hub.HubPushError` when the push does."""
+    :class:`~hfbert.hub.HubPushError` when the push does.
+
+    It leaves the process's C allocator as it finds it. ``hfbert pretrain``, which owns its process, first fixes
+    glibc's mmap threshold (:func:`~hfbert.pretrain.host_memory.return_large_blocks`), so that a CPU run's memory
+    does not creep up at its evaluations; a caller who wants the same calls that function before this one, for the
+    rest of its process: glibc cannot tell the previous setting, nor go back to its own."""
     # The job's own schedule first, then the caller's callbacks (a wrong one fails before any work).
     handler = CallbackHandler([DefaultSchedule(config.logging_steps, config.eval_steps, config.save_steps,
                                                config.evaluate_suite_steps), *(callbacks or ())])
-    return_large_blocks()  # blocks above a training step's go back to the system when freed (host_memory.py)
     plan = plan_run(config, model_init)  # accelerator, corpora, phases, model, optimizer, schedule, state
     accelerator, data, state = plan.accelerator, plan.data, plan.state
     start_trackers(accelerator, tracker_config(config, data))
