@@ -30,6 +30,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_all_start_methods, get_context
 from typing import Any
 
+from .progress import Progress
+
 __all__ = ["ENGINES", "local_cluster", "run_tasks"]
 
 ENGINES = ("local", "dask")
@@ -74,9 +76,12 @@ def run_tasks(function: Callable[[Any], Any], tasks: Sequence, *, engine: str = 
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     if scheduler is not None and engine != "dask":
         raise ValueError("scheduler is the address of a Dask scheduler: it needs engine='dask'")
+    from datasets.utils import are_progress_bars_disabled
     from datasets.utils import tqdm as hf_tqdm  # datasets' bar (its verbosity settings); ENGINES is read without it
 
-    with hf_tqdm(total=len(tasks), desc=desc, unit=unit) as progress:
+    # A bar on a terminal; in a log file a plain line every tenth of the tasks instead of a redraw per task.
+    shown = False if are_progress_bars_disabled() else None
+    with Progress(desc, len(tasks), unit=unit, show=shown, every=max(1, len(tasks) // 10), bar=hf_tqdm) as progress:
         if engine == "dask":
             return _run_dask(function, tasks, num_proc, scheduler, progress, keep)
         if num_proc <= 1 or len(tasks) <= 1:

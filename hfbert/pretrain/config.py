@@ -171,7 +171,9 @@ class PretrainConfig(ExampleSettings):
              "trackio, comet_ml, aim, clearml, dvclive and swanlab (each needs its package, configured as usual: "
              "WANDB_MODE, MLFLOW_TRACKING_URI, ...); every one gets the same scalars and the run's settings",
         factory=lambda: ["jsonl", "tensorboard"], neutral=True)
-    progress_bar: bool = setting(True, "show a progress bar", neutral=True)
+    progress_bar: bool | None = setting(
+        None, "true: a progress bar wherever the output goes; false: none; default: a bar on a terminal, and "
+              "elsewhere (a log file, a pipe) a plain line at each log line instead of a redraw per step", neutral=True)
     output_dir: str = setting("out/hfbert-tiny-austen", "folder of the run: checkpoints, logs, the exported model",
                               neutral=True)
     resume: bool = setting(False, "continue from the latest checkpoint in output_dir", neutral=True)

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from ..data.manifest import PreparedDataError
+from ..data.progress import Progress
 from ..data.remote import ShardReadError
 from ..evaluation import evaluate_during_training, evaluate_exported
 from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
@@ -202,8 +202,10 @@ class _Loop:
         """Returns why training stopped: ``"max_steps"``, ``"budget"``, ``"max_time"`` or ``"callback"`` (a
         callback's ``should_stop``)."""
         config, state = self.config, self.state
-        bar = tqdm(total=config.max_steps if self.budget is None else None, initial=state.step, desc="pretraining",
-                   dynamic_ncols=True, disable=not (config.progress_bar and self.accelerator.is_local_main_process))
+        # A bar on a terminal; in a log file a plain line at each log line instead of a redraw per step.
+        bar = Progress("pretraining", config.max_steps if self.budget is None else None, initial=state.step,
+                       unit=" steps", show=config.progress_bar if self.accelerator.is_local_main_process else False,
+                       dynamic_ncols=True)
         limit = None if config.max_time_minutes is None or self.budget else config.max_time_minutes * 60
         stop = "max_steps"
         self.model.train()
@@ -244,7 +246,7 @@ class _Loop:
             self.callbacks("on_step_end", step=state.step, model=self.accelerator.unwrap_model(self.model),
                            control=control, time_up=stats["time_up"])
             if control.should_log:
-                bar.set_postfix(loss=f"{self.log(control):.3f}", data=f"{self.data_seconds:.3f}s")
+                bar.note(loss=f"{self.log(control):.3f}", data=f"{self.data_seconds:.3f}s")
             if control.should_evaluate:
                 self.accelerator.log(self.evaluation(control), step=state.step)
             if control.should_evaluate_downstream:
