@@ -27,8 +27,8 @@ from ..tasks import (
     encode_labels,
     metrics_for_trainer,
 )
-from ..settings import UsageError, setting
-from ..tasks.recipe import DataFiles, ModelArguments, finish_run, note, parse_args, write_jsonl
+from ..settings import setting
+from ..tasks.recipe import DataFiles, ModelArguments, finish_run, note, parse_args, wants_training, write_jsonl
 from ..tasks.windows import check_stride, combine_windows, window_texts
 
 
@@ -39,16 +39,12 @@ class DataArguments(DataFiles):
     label_column: str = setting("label", "column with the label (a string, a number or a list)")
     task_type: str = setting("auto", "auto, single_label_classification, regression or multi_label_classification")
     max_seq_length: int = setting(128, "tokens per example, [CLS] and [SEP] included; longer texts are truncated")
-    doc_stride: int | None = setting(None, "split longer texts into windows sharing this many tokens (trained each "
-                                           "with the text's label; a text's prediction is the mean of its windows' "
-                                           "logits) instead of truncating them")
+    doc_stride: int | None = setting(None, "read longer texts as windows sharing this many tokens, each text predicted "
+                                           "by the mean of its windows' logits, instead of truncating them")
 
     def __post_init__(self):
         if self.doc_stride is not None:
-            try:
-                check_stride(self.doc_stride, self.max_seq_length)
-            except ValueError as err:
-                raise UsageError(f"--{err}") from None
+            check_stride(self.doc_stride, self.max_seq_length, name="--doc_stride")
 
 
 def infer_task_type(values) -> str:
@@ -80,13 +76,12 @@ def main(argv=None) -> dict:
 
     notes: list[str] = []
     windowed = data_args.doc_stride is not None
-    texts = {"text_column": data_args.text_column, "text_pair_column": data_args.text_pair_column}
 
     def preprocess(batch, indices):
         labels = encode_labels(batch[data_args.label_column], label2id, task_type)
         if windowed:
             return window_texts(batch, indices, tokenizer, data_args.max_seq_length, data_args.doc_stride,
-                                labels=labels, **texts)
+                                data_args.text_column, data_args.text_pair_column, labels=labels)
         pair = [batch[data_args.text_pair_column]] if data_args.text_pair_column else []
         enc = tokenizer(batch[data_args.text_column], *pair, truncation=True, max_length=data_args.max_seq_length)
         enc["num_tokens"] = [len(x) for x in tokenizer(batch[data_args.text_column], *pair)["input_ids"]]
@@ -106,8 +101,7 @@ def main(argv=None) -> dict:
         compute_metrics=metrics_for_trainer(task_type, documents=documents.get("validation")),
     )
     metrics: dict = {}
-    # TrainingArguments turns do_eval on for any eval_strategy: evaluating during training still means training.
-    if training_args.do_train or not training_args.do_eval or training_args.eval_strategy != "no":
+    if wants_training(training_args):
         metrics.update(trainer.train().metrics)
     for split, prefix in (("validation", "eval"), ("test", "test")):
         if split not in data:

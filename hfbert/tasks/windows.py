@@ -21,10 +21,11 @@ import numpy as np
 __all__ = ["check_stride", "combine_windows", "document_labels", "window_texts"]
 
 
-def check_stride(stride: int, max_length: int) -> None:
-    """Raise ValueError unless ``0 <= stride < max_length - 2`` (the text tokens of a window: [CLS] and [SEP] aside)."""
+def check_stride(stride: int, max_length: int, name: str = "stride") -> None:
+    """Raise ValueError unless ``0 <= stride < max_length - 2`` (the text tokens of a window: [CLS] and [SEP] aside);
+    ``name``: the setting's name in the message."""
     if stride < 0 or stride >= max_length - 2:
-        raise ValueError(f"doc_stride ({stride}) must be at least 0 and smaller than the {max_length - 2} text "
+        raise ValueError(f"{name} ({stride}) must be at least 0 and smaller than the {max_length - 2} text "
                          f"tokens of a {max_length}-token window")
 
 
@@ -55,7 +56,7 @@ def window_texts(
             row = indices[lengths.index(longest)]
             raise ValueError(f"row {row}: its {text_pair_column!r} text has {longest} tokens, which leaves "
                              f"{max_length - longest - 3} tokens of a {max_length}-token window for "
-                             f"{text_column!r}; --doc_stride ({stride}) must be smaller than that")
+                             f"{text_column!r}; the stride ({stride}) must be smaller than that")
         texts.append(pairs)
         truncation = "only_first"
     enc = tokenizer(*texts, truncation=truncation, max_length=max_length, stride=stride,

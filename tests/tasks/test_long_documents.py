@@ -75,10 +75,10 @@ def test_windows_share_the_stride_and_cover_the_whole_text(data_dir):
 
 def test_a_stride_that_leaves_no_room_is_refused_in_one_line(data_dir, tmp_path, capsys):
     tokenizer = load_tokenizer(str(data_dir / "vocab.txt"))
-    with pytest.raises(ValueError, match=r"doc_stride \(6\) must be at least 0 and smaller than the 6 text tokens"):
+    with pytest.raises(ValueError, match=r"^stride \(6\) must be at least 0 and smaller than the 6 text tokens"):
         window_texts({"text": ["a b"]}, [0], tokenizer, max_length=8, stride=6, text_column="text")
     with pytest.raises(ValueError, match=r"row 1: its 'other' text has 4 tokens, which leaves 3 tokens of a "
-                                         r"10-token window for 'text'; --doc_stride \(3\) must be smaller"):
+                                         r"10-token window for 'text'; the stride \(3\) must be smaller"):
         window_texts({"text": ["the", "the"], "other": ["it", "it was the plot"]}, [0, 1], tokenizer, max_length=10,
                      stride=3, text_column="text", text_pair_column="other")
     for stride in ("14", "-1"):
