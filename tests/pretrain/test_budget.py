@@ -206,16 +206,17 @@ def test_the_processes_of_a_budget_run_follow_one_clock(prepared, tmp_path):
     script = tmp_path / "skewed.py"
     script.write_text(SKEWED_RUN)
     done = launch("--multi_gpu", "--num_processes", "2", "--num_machines", "1", str(script), str(config),
-                  str(tmp_path), str(SKEW))
+                  str(tmp_path), str(SKEW), timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     first, second = (json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in (0, 1))
     assert first["step"] == second["step"] and len(first["lines"]) == first["step"] > 10
     agreed = [{k: v for k, v in line.items() if k != "train_seconds"} for line in first["lines"]]
     assert agreed == [{k: v for k, v in line.items() if k != "train_seconds"} for line in second["lines"]]
     assert {line["max_seq_length"] for line in agreed} == {64, 96}
-    # The clocks did differ by SKEW; the run ended at the budget by their mean.
+    # The clocks did differ, by SKEW less the time between the processes' starts; the run ended at the budget by
+    # their mean.
     for mine, theirs in zip(first["lines"], second["lines"]):
-        assert theirs["train_seconds"] - mine["train_seconds"] == pytest.approx(SKEW, abs=0.5)
+        assert SKEW / 2 < theirs["train_seconds"] - mine["train_seconds"] < SKEW + 1
     ended = (first["lines"][-1]["train_seconds"] + second["lines"][-1]["train_seconds"]) / 2
     assert ended == pytest.approx(0.2 * 60, abs=0.1 * 0.2 * 60 + 1)
 
