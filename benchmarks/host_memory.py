@@ -54,9 +54,10 @@ def main() -> None:
     parser.add_argument("--mmap_threshold", type=int, default=None)
     parser.add_argument("--settings", type=json.loads, default={})
     args = parser.parse_args()
-    if args.mmap_threshold is not None:  # in place of the threshold the run sets (0: none, glibc's own)
-        threshold = args.mmap_threshold
-        loop.return_large_blocks = lambda: threshold > 0 and host_memory.return_large_blocks(threshold)
+    # the threshold hfbert pretrain sets before its job (pretrain() itself leaves the allocator alone); 0: glibc's own
+    threshold = host_memory.LARGE_BLOCK if args.mmap_threshold is None else args.mmap_threshold
+    if threshold > 0:
+        host_memory.return_large_blocks(threshold)
     config = PretrainConfig(output_dir=args.output_dir, max_steps=args.steps, progress_bar=False, **args.settings)
     loop.pretrain(config, callbacks=[MemoryLog(args.output_dir + ".memory.jsonl")])
 

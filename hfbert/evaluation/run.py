@@ -557,7 +557,7 @@ def _evaluate_apart(config, model_dir, out: Path, *options: str, capture: bool =
     """``hfbert evaluate`` of ``config``'s suite in a process of its own, outside the training's process group."""
     command = [sys.executable, "-m", "hfbert.cli", "evaluate", str(model_dir), "--suite", str(config.evaluate_suite),
                "--output_dir", str(out), *options, "--seeds", *map(str, config.evaluate_seeds), "--progress_bar",
-               str(bool(config.progress_bar and not capture)).lower()]
+               str(not capture and (sys.stderr.isatty() if config.progress_bar is None else config.progress_bar)).lower()]
     if config.evaluate_data_dir is not None:
         command += ["--data_dir", str(config.evaluate_data_dir)]
     env = {k: v for k, v in os.environ.items() if k not in _DISTRIBUTED_ENV and not k.startswith(
