@@ -118,8 +118,8 @@ def main(argv=None) -> dict:
         trainer, tokenizer, metrics, task="text-classification", recipe="finetune_classification",
         pipeline_task="text-classification", model_args=model_args, notes=notes, labels=id2label,
         max_length=data_args.max_seq_length,
-        data_description={"train": f"{data_args.train_file or data_args.dataset_dir} ({len(data['train'])} rows)",
-                          "eval": f"{data_args.validation_file} ({len(data.get('validation', []))} rows)"},
+        data_description={"train": f"{data_args.train_file or data_args.dataset_dir} ({len(raw['train'])} rows)",
+                          "eval": f"{data_args.validation_file} ({len(raw.get('validation', []))} rows)"},
     )
     return metrics
 

@@ -138,6 +138,7 @@ def test_windows_read_the_tail_that_truncation_cuts_one_prediction_per_row(data_
     results = json.loads((out / "all_results.json").read_text())
     assert any("16 of 16 validation texts are longer than 16 tokens" in n and "windowed, not cut" in n
                for n in results["notes"])
+    assert "train.jsonl (128 rows)" in (out / "README.md").read_text()  # the card counts rows, not windows
 
     cut = finetune_classification.main(_args(data_dir, tmp_path / "cut", "--max_steps", "300"))
     assert cut["eval_accuracy"] <= 0.75  # the sentiment word is past the first 16 tokens: chance, near enough
