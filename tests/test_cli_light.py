@@ -65,6 +65,7 @@ def test_the_command_list_loads_nothing_heavy(tmp_path):
     assert all(f"  {name} " in done.stdout for name in COMMANDS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", COMMANDS)
 def test_a_command_s_help_loads_nothing_heavy(name, tmp_path):
     done, imported = run_hfbert([name, "--help"], tmp_path)
@@ -74,6 +75,7 @@ def test_a_command_s_help_loads_nothing_heavy(name, tmp_path):
     assert imported == [], f"hfbert {name} --help imported {imported}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", COMMANDS)
 def test_a_bad_setting_is_one_line_and_loads_nothing_heavy(name, tmp_path):
     (tmp_path / "corpus.txt").write_text("a line\n")
@@ -84,6 +86,7 @@ def test_a_bad_setting_is_one_line_and_loads_nothing_heavy(name, tmp_path):
     assert imported == [], f"hfbert {name} with a bad setting imported {imported}"
 
 
+@pytest.mark.slow
 def test_push_to_a_silent_hub_loads_nothing_heavy_and_ends_at_its_limit(silent_server, tmp_path):
     folder = tmp_path / "out"
     folder.mkdir()
@@ -107,6 +110,7 @@ def _heavy_imports(program: list[str], args: list[str], cwd: Path) -> set[str]:
     return {name for name in modules if name.split(".")[0] in HEAVY}
 
 
+@pytest.mark.slow
 def test_evaluate_against_a_silent_hub_is_one_line(silent_server, tmp_path):
     """A Hub model id looked up before any training: a Hub that does not answer is a usage error, as for
     ``hfbert pretrain --init_from``."""
@@ -123,6 +127,7 @@ def test_evaluate_against_a_silent_hub_is_one_line(silent_server, tmp_path):
     assert "did not answer within 2 s" in done.stderr
 
 
+@pytest.mark.slow
 def test_the_installed_console_script_starts_light(tmp_path):
     """The real entry point (pyproject's ``[project.scripts]``), read with ``-X importtime``."""
     script = Path(sys.executable).with_name("hfbert")
@@ -132,12 +137,14 @@ def test_the_installed_console_script_starts_light(tmp_path):
         assert not _heavy_imports([str(script)], args, tmp_path), args
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("program", [["-m", "hfbert.cli"], ["-mhfbert.cli"], ["-B", "-m", "hfbert.cli"]])
 def test_python_m_hfbert_cli_starts_light(program, tmp_path):
     for args in (["--help"], ["pretrain", "--help"]):
         assert not _heavy_imports(program, args, tmp_path), (program, args)
 
 
+@pytest.mark.slow
 def test_a_command_that_works_on_models_registers_the_auto_classes(tmp_path):
     """``hfbert convert`` of a transformers BERT folder writes hfbert's ``auto_map``: the classes were registered
     (after the settings were read) in a process whose ``import hfbert`` did not register them."""
@@ -153,6 +160,7 @@ def test_a_command_that_works_on_models_registers_the_auto_classes(tmp_path):
     assert config["auto_map"]["AutoModelForMaskedLM"] == "modeling_hfbert.HfBertForMaskedLM"
 
 
+@pytest.mark.slow
 def test_in_the_command_s_process_a_model_name_registers_on_first_use(tmp_path):
     """What a plugin or a callback running inside the command sees: ``hfbert.HfBertModel`` loads and registers."""
     program = tmp_path / "hfbert"

@@ -335,6 +335,7 @@ PLANTED_CYCLES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", PLANTED_CYCLES)
 def test_the_cycle_check_finds_a_cycle_planted_in_a_copy_of_the_package(tmp_path, where):
     file, planted, tied = PLANTED_CYCLES[where]
@@ -645,6 +646,7 @@ def installed(tmp_path_factory):
     return venv, wheel, env
 
 
+@pytest.mark.slow
 def test_the_wheel_ships_the_templates_the_corpus_and_the_metrics(installed):
     venv, wheel, _ = installed
     names = set(subprocess.run([sys.executable, "-m", "zipfile", "-l", str(wheel)], capture_output=True, text=True,
@@ -655,6 +657,7 @@ def test_the_wheel_ships_the_templates_the_corpus_and_the_metrics(installed):
     assert {f"hfbert/metrics/{name}/{name}.py" for name in hfbert.metrics.NAMES} <= names  # evaluate.load reads them
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_the_package_and_no_benchmark(installed, tmp_path):
     """The product is the package: what measures it (benchmarks/) stays out of the wheel, and the installed package
     imports from any folder."""
@@ -682,6 +685,7 @@ def test_the_wheel_holds_the_package_and_no_benchmark(installed, tmp_path):
     assert Path(imported.stdout.strip()).resolve().is_relative_to(venv.resolve()), imported.stdout
 
 
+@pytest.mark.slow
 def test_every_command_runs_from_the_installed_wheel(installed, tmp_path):
     venv, _, env = installed
     work = tmp_path / "elsewhere"

@@ -42,11 +42,13 @@ def reference(austen, en_tok, tmp_path_factory):
                                        **SETTINGS))
 
 
+@pytest.mark.slow
 def test_a_local_cluster_of_two_workers_writes_the_in_process_bytes(reference, austen, en_tok, tmp_path):
     folder = prepare_corpus(austen, tmp_path / "dask", tokenizer=en_tok, engine="dask", num_proc=2, **SETTINGS)
     assert folder_bytes(folder) == reference
 
 
+@pytest.mark.slow
 def test_killing_a_worker_mid_build_leaves_the_output_unchanged(reference, austen, en_tok, tmp_path):
     out = tmp_path / "dask"
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
@@ -94,6 +96,7 @@ def _worker_facts(_task) -> dict:
             "trim": os.environ.get("MALLOC_TRIM_THRESHOLD_"), "build_code": "hfbert.data.shards" in sys.modules}
 
 
+@pytest.mark.slow
 def test_the_local_cluster_forks_its_workers_with_the_build_settings(monkeypatch):
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     facts = run_tasks(_worker_facts, [0, 1], engine="dask", num_proc=2)
@@ -155,6 +158,7 @@ print(json.dumps({"facts": facts, "own_env": os.environ.get("HFBERT_LAZY_IMPORT"
 '''
 
 
+@pytest.mark.slow
 def test_build_workers_import_the_build_code_without_torch_and_transformers(tmp_path):
     """A fresh interpreter (this one's forkserver may already run): its pool's and its cluster's workers import hfbert
     lazily, the build code without torch and transformers (seconds of start per build), while the building process
@@ -174,6 +178,7 @@ def test_build_workers_import_the_build_code_without_torch_and_transformers(tmp_
             assert worker == {"lazy": "1", "torch": False, "transformers": False, "build_code": True}, (engine, worker)
 
 
+@pytest.mark.slow
 def test_a_lazy_import_registers_the_classes_on_first_use():
     import subprocess
 

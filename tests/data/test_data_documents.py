@@ -67,6 +67,7 @@ def test_austen_chapters_are_documents(shared_data):
     assert documents[1][0].startswith("Emma Woodhouse, handsome, clever, and rich")
 
 
+@pytest.mark.slow
 def test_people_daily_keeps_segmentation_and_finds_articles():
     stats = ReadStats()
     documents = list(read_people_daily(stats=stats))

@@ -75,6 +75,7 @@ def test_fixed_selection_count_is_exact_and_never_special(tokenizer):
         assert np.all(np.diff(mine) > 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["generator", "row streams"])
 def test_80_10_10_and_random_tokens_are_not_special(tokenizer, source):
     ids, offsets, candidates = _rows(tokenizer, 3000, seed=2)

@@ -110,6 +110,7 @@ def test_the_global_batch_does_not_depend_on_the_number_of_processes(window):
             assert sum(map(len, blocks)) <= len(together) + world - 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("world", "batch", "window"), [(1, 256, 32), (2, 128, 32), (4, 16, 8), (1, 32, 64)])
 def test_each_block_is_decoded_once_per_window_with_the_plans_cache(world, batch, window):
     plan = BatchPlan([1024] * 400, batch_size=batch, world_size=world, seed=5, phase=0, window=window)
@@ -253,6 +254,7 @@ def test_dynamic_masks_of_a_step_do_not_depend_on_processes_or_accumulation(dyna
     assert first["labels"][0, :n].tolist() != again["labels"][j, :n].tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc")
 def test_at_most_max_open_files_shards_stay_open(static_folder, tmp_path, monkeypatch):
     many = reshard(Path(static_folder), tmp_path / "many", rows_per_shard=20)
@@ -280,6 +282,7 @@ TRAIN_UNDER_LIMIT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_two_thousand_shards_train_a_full_epoch_under_ulimit_256(static_folder, tmp_path):
     corpus = PreparedCorpus.open(static_folder)
     rows_per_shard = max(1, corpus.num_rows("train") // 2000)

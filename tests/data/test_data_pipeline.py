@@ -53,6 +53,7 @@ def static_build(austen, en_tok):
     return build_pretraining_dataset(austen, en_tok, return_report=True, **_austen_kwargs())
 
 
+@pytest.mark.slow
 def test_byte_identical_for_num_proc_1_and_2_and_across_runs(static_build, austen, en_tok):
     dataset, report = static_build
     two = build_pretraining_dataset(austen, en_tok, num_proc=2, **_austen_kwargs())
@@ -93,6 +94,7 @@ def test_nsp_balance_and_80_10_10(static_build):
     assert all(report["checks"].values()), report["checks"]
 
 
+@pytest.mark.slow
 def test_random_next_prob_sets_the_nsp_balance(austen, en_tok, tmp_path):
     from hfbert.data import ExampleSettings, PreparedCorpus, prepare_corpus
     from hfbert.pretrain.config import parse_args
@@ -114,6 +116,7 @@ def test_random_next_prob_sets_the_nsp_balance(austen, en_tok, tmp_path):
     assert parse_args(["--random_next_prob", "0.25"]).random_next_prob == 0.25
 
 
+@pytest.mark.slow
 def test_streaming_gives_the_map_style_rows(austen, en_tok):
     kwargs = _austen_kwargs(masking="dynamic", pool_size=6)
     mapped = build_pretraining_dataset(austen, en_tok, shuffle=False, **kwargs)
@@ -128,6 +131,7 @@ def _small_corpus(n_documents=40):
              for s in range(2 + d % 5)] for d in range(n_documents)]
 
 
+@pytest.mark.slow
 def test_any_num_proc_gives_the_same_rows(en_tok):
     documents = _small_corpus()
     digests = {content_digest(build_pretraining_dataset(documents, en_tok, pool_size=4, dupe_factor=2, seed=1,
@@ -196,6 +200,7 @@ def failing_segmenter(text):
     return text.split()
 
 
+@pytest.mark.slow
 def test_rows_do_not_depend_on_which_process_builds_which_pool(en_tok, tmp_path):
     """The pools are units of work handed to worker processes; the rows are the same whoever builds them."""
     documents = _small_corpus(48)
@@ -206,6 +211,7 @@ def test_rows_do_not_depend_on_which_process_builds_which_pool(en_tok, tmp_path)
     assert content_digest(two) == content_digest(build_pretraining_dataset(documents, en_tok, num_proc=1, **kwargs))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", [0, -1])
 def test_a_failure_in_any_process_is_raised(en_tok, where):
     documents = _small_corpus()
@@ -226,6 +232,7 @@ def people_daily():
     return list(itertools.islice(read_people_daily(), 300))
 
 
+@pytest.mark.slow
 def test_chinese_whole_word_masking_masks_whole_words(people_daily, zh_tok):
     kwargs = dict(whole_word_mask=True, word_segmenter=PreSegmented(), dupe_factor=2, pool_size=32, seed=3,
                   shuffle=False, short_seq_prob=0.2)
@@ -306,6 +313,7 @@ def test_text_column_documents_are_split_into_sentences(en_tok):
     assert report["sentences"]["used"] == 11 and report["documents"]["used"] == 2 and len(dataset) >= 2
 
 
+@pytest.mark.slow
 def test_batches_train_hfbert_for_pretraining(static_build, en_tok):
     import torch
 

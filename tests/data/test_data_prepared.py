@@ -91,6 +91,7 @@ def test_any_byte_cuts_give_every_document_once(tmp_path, suffix):
 # Building
 
 
+@pytest.mark.slow
 def test_num_proc_2_writes_the_same_bytes_and_the_manifest_describes_them(static_folder, austen, en_tok, tmp_path):
     two = prepare_corpus(austen, tmp_path / "two", tokenizer=en_tok, num_proc=2, **_settings())
     files = folder_bytes(static_folder)

@@ -101,6 +101,7 @@ def test_a_batch_needing_several_row_groups_fetches_them_at_once(local, flaky, t
     assert len(blocks) > 2 and flaky.reads == 2 + len(blocks) and flaky.most_in_flight == len(blocks)
 
 
+@pytest.mark.slow
 def test_a_warm_cache_serves_another_process_without_reading_the_remote(local, flaky, tmp_path):
     chosen = picks(local)
     PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "cache").rows("train", chosen)
@@ -158,6 +159,7 @@ def test_attempts_reuse_their_threads_and_a_call_past_its_limit_does_not_hold_th
     child.join(30)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hang", "raise", "short"])
 def test_a_read_that_fails_a_few_times_is_retried_and_gives_the_right_rows(local, flaky, tmp_path, mode):
     corpus = PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "cache", timeout=3)
@@ -167,6 +169,7 @@ def test_a_read_that_fails_a_few_times_is_retried_and_gives_the_right_rows(local
     assert flaky.failed == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hang", "raise", "short"])
 def test_a_read_that_keeps_failing_stops_within_the_limit_naming_shard_and_url(local, flaky, tmp_path, mode):
     corpus = PreparedCorpus.open("flaky://corpus", cache_dir=tmp_path / "cache", timeout=1.5)
@@ -243,6 +246,7 @@ def _hammer_cache(folder: str, failures) -> None:
             cache.put("ab" * 32, k, k + len(data), data)
 
 
+@pytest.mark.slow
 def test_processes_sharing_a_cache_never_see_a_partial_entry(tmp_path):
     context = multiprocessing.get_context("fork")  # this process has imported everything already
     failures = context.Queue()
@@ -303,6 +307,7 @@ def test_a_push_during_training_does_not_change_what_an_open_corpus_reads(local,
         PreparedCorpus.open(REPO_ID, endpoint=hub.url, cache_dir=tmp_path / "cache")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["500", "short", "silent"])
 def test_hub_faults_are_retried_then_stop_in_one_line_naming_shard_and_url(local, hub, tmp_path, kind):
     corpus = PreparedCorpus.open(REPO_ID, endpoint=hub.url, cache_dir=tmp_path / "cache", timeout=3)
@@ -331,6 +336,7 @@ def test_a_missing_hub_repo_or_revision_is_named(hub, tmp_path):
 
 
 
+@pytest.mark.slow
 def test_sigkill_while_reading_hf_then_resume_gives_the_weights_of_the_local_run(folder, hub, tmp_path):
     from hfbert.pretrain import PretrainConfig, pretrain
     from hfbert.pretrain.checkpointing import list_checkpoints
@@ -364,6 +370,7 @@ def test_sigkill_while_reading_hf_then_resume_gives_the_weights_of_the_local_run
     assert not any(path.endswith(".parquet") and status == 200 for _, path, status in hub.requests[before:])
 
 
+@pytest.mark.slow
 def test_hfbert_pretrain_stops_with_one_line_when_the_hub_keeps_failing(hub, tmp_path):
     hub.fault = Fault("500")
     env = hub.client_env(tmp_path / "home") | {"TOKENIZERS_PARALLELISM": "false"}
@@ -376,6 +383,7 @@ def test_hfbert_pretrain_stops_with_one_line_when_the_hub_keeps_failing(hub, tmp
     assert "HTTP 500" in last and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["wrong bytes", "too few bytes"])
 def test_hfbert_pretrain_stops_with_one_line_on_a_damaged_remote_shard(flaky, tmp_path, monkeypatch, capsys, damage):
     """Bytes of the right size but wrong (found by the page checksums while training) and answers one byte short

@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 PROBE = r"""
 import json, resource, sys, tracemalloc
 from pathlib import Path
@@ -44,6 +46,7 @@ print(json.dumps(result))
 """
 
 
+@pytest.mark.slow
 def test_streaming_peak_memory_is_flat(shared_data, minilm_path, tmp_path):
     done = subprocess.run([sys.executable, "-c", PROBE, str(shared_data / "en_austen_6novels.txt"), str(minilm_path),
                            str(tmp_path)], capture_output=True, text=True, timeout=300)

@@ -63,6 +63,7 @@ def test_preparing_shards_off_a_terminal_writes_plain_lines(capsys):
         f"Preparing shards: {n}/20 shards ({n * 5}%)" for n in range(2, 21, 2)]
 
 
+@pytest.mark.slow
 def test_pretrain_to_a_log_file_writes_plain_lines(prepared, tmp_path):
     config = write_config(tmp_path / "run.json", settings([prepared[64]], tmp_path / "out", max_steps=4,
                                                           logging_steps=2, eval_steps=4, save_steps=4,

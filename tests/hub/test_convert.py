@@ -79,6 +79,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_every_head_to_transformers_and_back(tmp_path):
     (tmp_path / "vocab.txt").write_text("\n".join([*SPECIAL_TOKENS, *WORDS]) + "\n", encoding="utf-8")
     ids = bert_tokenizer_from_vocab(tmp_path / "vocab.txt")(TEXT, return_tensors="pt")["input_ids"]
@@ -119,6 +120,7 @@ def test_every_head_to_transformers_and_back(tmp_path):
     assert out["tokens"] == ids[0].tolist()
 
 
+@pytest.mark.slow
 def test_real_checkpoint_to_hfbert_and_back(minilm_path, tmp_path):
     """all-MiniLM-L6-v2 (a stock BertModel with real weights and the bert-base-uncased vocabulary)."""
     dst = convert(minilm_path, tmp_path / "hf")

@@ -145,6 +145,7 @@ def assert_same(actual: dict, expected: dict, keys=None) -> None:
 
 
 # --- plain files with the stock clients -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_plain_files_round_trip_with_stock_clients(hub_server, tmp_path, monkeypatch):
     from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 
@@ -219,6 +220,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_pull_with_hfbert_imported(pushed, tmp_path):
     revisions = {"main": "main", "dev": "dev", "tag": "v1", "commit": pushed.commits["v1"]}
     out = run_client(PULL_WITH_HFBERT, pushed.hub.client_env(tmp_path / "home"), tmp_path,
@@ -270,6 +272,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_pull_as_remote_code_without_hfbert(pushed, tmp_path):
     out = run_client(PULL_AS_REMOTE_CODE, pushed.hub.client_env(tmp_path / "home"), tmp_path,
                      {"ids": pushed.ids, "text": TEXT})
@@ -350,6 +353,7 @@ def test_push_cli_reports_errors_in_one_line(tmp_path, capsys):
 
 
 # --- an endpoint that accepts the connection and never answers ------------------------------------------------------
+@pytest.mark.slow
 def test_push_to_a_silent_endpoint_times_out_and_leaves_the_folder_intact(silent_server, tmp_path, monkeypatch):
     allow_hub_calls(monkeypatch)
     folder = tmp_path / "run"
@@ -375,6 +379,7 @@ def test_push_to_a_silent_endpoint_times_out_and_leaves_the_folder_intact(silent
     assert folder_state(folder) == before
 
 
+@pytest.mark.slow
 def test_push_cli_to_a_silent_endpoint_fails_in_one_line(silent_server, tmp_path, monkeypatch, capsys):
     allow_hub_calls(monkeypatch)
     monkeypatch.setattr(constants, "ENDPOINT", silent_server.url)  # what HF_ENDPOINT sets when read at import
@@ -391,6 +396,7 @@ def test_push_cli_to_a_silent_endpoint_fails_in_one_line(silent_server, tmp_path
     assert folder_state(folder) == before
 
 
+@pytest.mark.slow
 def test_downloads_from_a_silent_endpoint_time_out(silent_server, tmp_path, monkeypatch):
     allow_hub_calls(monkeypatch)
     started = time.monotonic()
@@ -403,6 +409,7 @@ def test_downloads_from_a_silent_endpoint_time_out(silent_server, tmp_path, monk
     assert time.monotonic() - started < 2 * (1 + MARGIN)
 
 
+@pytest.mark.slow
 def test_load_any_bert_from_a_silent_endpoint_raises_the_download_error(silent_server, monkeypatch):
     allow_hub_calls(monkeypatch)
     monkeypatch.setattr(constants, "ENDPOINT", silent_server.url)  # what HF_ENDPOINT sets when read at import
@@ -421,6 +428,7 @@ def assert_unlimited_outside_the_blocks(silent_server) -> None:
     assert time.monotonic() - started >= 1.4
 
 
+@pytest.mark.slow
 def test_hub_timeout_limits_every_request_and_every_replacement_client(silent_server, monkeypatch):
     allow_hub_calls(monkeypatch)
     with pytest.raises(KeyError), hub_timeout(30) as seconds:
@@ -440,6 +448,7 @@ def test_hub_timeout_limits_every_request_and_every_replacement_client(silent_se
             pass
 
 
+@pytest.mark.slow
 def test_the_limit_keeps_huggingface_hubs_client_and_xet(silent_server, monkeypatch):
     """The limited clients are made like the shared client the first block found -- huggingface_hub's own request
     hook, or a program's own factory's headers and hooks -- and a block leaves the Xet switch alone."""
@@ -461,6 +470,7 @@ def test_the_limit_keeps_huggingface_hubs_client_and_xet(silent_server, monkeypa
         set_client_factory(lambda: client(follow_redirects=True, timeout=None, event_hooks=hub_hooks))
 
 
+@pytest.mark.slow
 def test_the_limit_bounds_the_whole_wait_retries_included(silent_server, monkeypatch):
     """The wait is counted from the Hub's last answer: once the limit has passed, no new try starts."""
     allow_hub_calls(monkeypatch)
@@ -484,6 +494,7 @@ class UploadGoesTo(HubServer):
         return answer
 
 
+@pytest.mark.slow
 def test_a_push_whose_upload_goes_silent_fails_within_the_limit(silent_server, tmp_path, monkeypatch):
     """huggingface_hub retries an upload that timed out five times; each try used to wait the full limit (50 s
     here, where the push must end within 15 s)."""
@@ -506,6 +517,7 @@ def test_a_push_whose_upload_goes_silent_fails_within_the_limit(silent_server, t
     assert any(path.endswith("/preupload/main") for _, path, _ in hub.requests)  # it got as far as the upload
 
 
+@pytest.mark.slow
 def test_a_refused_connection_mid_upload_does_not_lift_the_limit(tmp_path, monkeypatch):
     """The upload's first try is refused (huggingface_hub then replaces its client), the next one meets an endpoint
     that never answers: the replacement client has the limit too, so the push fails instead of waiting for good."""
@@ -645,6 +657,7 @@ def misbehaving_runs(tmp_path_factory, corpus) -> MisbehavingRuns:
     return MisbehavingRuns(folder, before, ended)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", MISBEHAVING)
 def test_push_cli_stops_at_the_deadline_in_one_line(misbehaving_runs, kind):
     run = misbehaving_runs.runs[kind]
@@ -671,6 +684,7 @@ def test_pretrain_push_stops_at_the_deadline(misbehaving_runs):
     assert (misbehaving_runs.folder.parent / "pretrained" / "config.json").is_file()  # the export is kept
 
 
+@pytest.mark.slow
 def test_downloads_stop_at_the_deadline(trickle_server, tmp_path, monkeypatch):
     """A config read and a snapshot from an endpoint that answers one byte every 0.5 s: each stops at its deadline."""
     allow_hub_calls(monkeypatch)
@@ -702,6 +716,7 @@ class SteadyDownload(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_a_slow_but_steady_transfer_is_not_cut(hub_server, monkeypatch):
     """Each megabyte moved adds a second to the deadline: for a push, its folder's bytes, known at the start; for a
     download, each byte as it arrives."""

@@ -240,6 +240,7 @@ def test_truncated_or_foreign_index(tmp_path):
         read_checkpoint(prefix)
 
 
+@pytest.mark.slow
 def test_every_flipped_or_truncated_index_is_handled(tmp_path):
     prefix = saved(tmp_path, {"a/b": np.ones(2, np.float32), "a/c": np.int64(3)})
     data = index_of(prefix).read_bytes()

@@ -102,6 +102,7 @@ def backend_outputs():
     return results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", list(PAIRS), ids=lambda c: c.__name__)
 def test_backends_agree_with_each_other_and_with_transformers(cls, backend_outputs):
     mask = padded_batch(cls)[0]["attention_mask"].reshape(BATCH, LENGTH)

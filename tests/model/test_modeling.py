@@ -275,6 +275,7 @@ torch.save({"mlm": out.prediction_logits, "nsp": out.seq_relationship_logits}, s
 """
 
 
+@pytest.mark.slow
 def test_remote_code_loads_without_hfbert(tmp_path):
     import os
     import subprocess
@@ -471,6 +472,7 @@ def test_load_with_dtype_and_device_map(tmp_path):
     assert out.logits.dtype == torch.bfloat16 and torch.isfinite(out.logits.float()).all()
 
 
+@pytest.mark.slow
 def test_torch_compile_matches_eager():
     model = HfBertForPreTraining(HfBertConfig(**TESTER)).eval()
     inputs, labels = make_inputs(HfBertForPreTraining, pad_tail=False)
@@ -733,6 +735,7 @@ def test_padding_free_heads_match_at_valid_positions(cls):
         torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_torch_compile_with_padding_and_labels():
     model = HfBertForPreTraining(HfBertConfig(**TESTER)).eval()
     inputs, labels = make_inputs(HfBertForPreTraining)
@@ -760,6 +763,7 @@ def test_fully_padded_row_is_finite_in_bfloat16(attn):
         assert torch.isfinite(model(**inputs).logits.float()).all()
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # the input checks read values; expected in a trace
 def test_traced_and_exported_graphs():
     """TorchScript tracing (the classic ONNX export) and torch.export record plain aten ops."""
@@ -775,6 +779,7 @@ def test_traced_and_exported_graphs():
                                model(inputs["input_ids"]).last_hidden_state, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [HfBertForPreTraining, HfBertForMaskedLM], ids=lambda c: c.__name__)
 def test_the_pretraining_step_traces_as_one_graph(cls):
     """What ``hfbert pretrain --torch_compile`` compiles: the forward with labels (loss included) is one graph, no
@@ -786,6 +791,7 @@ def test_the_pretraining_step_traces_as_one_graph(cls):
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
 
 
+@pytest.mark.slow
 def test_the_compiled_pretraining_step_is_traced_once_for_every_batch_width():
     """As ``hfbert pretrain --torch_compile`` compiles (dynamic shapes, data-dependent counts traced as symbols):
     batches of new widths, paddings and supervised counts reuse the graph instead of tracing a new one each step.

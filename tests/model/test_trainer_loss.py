@@ -42,6 +42,7 @@ def trained(tmp_path, batch_size, accumulation, optim):
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
+@pytest.mark.slow
 def test_accumulating_two_batches_equals_one_twice_as_large(tmp_path):
     # SGD: the update is the gradient itself, so the comparison holds to float32 rounding (Adam divides by the
     # gradient's own magnitude, which turns rounding noise in near-zero gradients into full-size steps).

@@ -100,6 +100,7 @@ def slow_downstream(config, model, tokenizer, step):
     return {"downstream_average": 0.5}
 
 
+@pytest.mark.slow
 def test_a_budget_run_ends_at_its_budget_annealed_evaluated_and_exported(prepared, tmp_path, monkeypatch):
     output_dir = tmp_path / "budget"
     # A downstream evaluation after step 10, which takes PAUSE seconds, does not count.
@@ -130,6 +131,7 @@ def test_a_budget_run_ends_at_its_budget_annealed_evaluated_and_exported(prepare
     assert lines[switch - 1]["step"] <= first < lines[switch]["step"] and first + second == result.metrics["step"]
 
 
+@pytest.mark.slow
 def test_a_killed_budget_run_resumed_ends_at_its_budget(prepared, tmp_path):
     output_dir = tmp_path / "killed"
     config = write_config(tmp_path / "run.json", budget_settings(prepared, output_dir, save_steps=40))
@@ -197,6 +199,7 @@ Path(sys.argv[2], f"rank-{rank}.json").write_text(json.dumps({"lines": Lines.lin
 SKEW = 3.0
 
 
+@pytest.mark.slow
 def test_the_processes_of_a_budget_run_follow_one_clock(prepared, tmp_path):
     """Their clocks differ (process 1's by SKEW seconds); each step's learning rate and phase, and the stop, come
     from the mean, so the processes agree on every one (a process that followed its own clock would train at other

@@ -52,6 +52,7 @@ def run(prepared, output_dir, **overrides):
     return calls, lines, load_file(output_dir / "model.safetensors"), result
 
 
+@pytest.mark.slow
 def test_checkpointed_layers_train_as_the_plain_ones(prepared, tmp_path):
     plain, plain_lines, plain_weights, _ = run(prepared, tmp_path / "plain")
     checked, lines, weights, _ = run(prepared, tmp_path / "checkpointed", gradient_checkpointing=True)

@@ -57,6 +57,7 @@ def _mapped_blocks(mode: str) -> list[int]:
     return [int(n) for n in run.stdout.split()]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not GLIBC, reason="the setting is glibc's; other C libraries keep their own policy")
 def test_a_large_block_is_mapped_and_unmapped_even_after_a_larger_one_was_freed():
     # During the large block, after it is freed, and with a small block alive (small blocks still use the heap).
@@ -88,6 +89,7 @@ class MalloptCalls(list):
             return getattr(self._libc, name)
 
 
+@pytest.mark.slow
 def test_pretrain_leaves_the_allocator_of_its_process_alone(prepared, tmp_path, monkeypatch):
     calls = MalloptCalls(monkeypatch)
     pretrain(PretrainConfig.from_dict(settings([prepared[64]], tmp_path / "out", max_steps=2, eval_steps=2,

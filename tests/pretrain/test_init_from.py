@@ -31,6 +31,7 @@ from helpers.hub_server import allow_hub_calls
 from helpers.pretraining import (GOOGLE, KILL_AFTER_CHECKPOINT, FirstWeights, argv, assert_same_weights,
                                  init_from_settings, run_script)
 
+@pytest.mark.slow
 def test_a_google_folder_is_continued_from_its_own_weights_with_a_fresh_optimizer(corpus, tmp_path, capsys):
     first = FirstWeights()
     config = PretrainConfig.from_dict(init_from_settings(corpus, tmp_path / "run", model={"hidden_dropout_prob": 0.0}))
@@ -57,6 +58,7 @@ def test_a_google_folder_is_continued_from_its_own_weights_with_a_fresh_optimize
     assert f"A BERT continued from `{GOOGLE}`" in card and "base_model" not in card  # a local path is no Hub id
 
 
+@pytest.mark.slow
 def test_a_transformers_folder_of_another_head_gets_fresh_heads_and_drops_its_own(corpus, tmp_path, capsys):
     folder = tmp_path / "bert-cls"
     bert = transformers.BertConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -99,6 +101,7 @@ def test_settings_that_contradict_the_checkpoint_stop_in_one_line(corpus, tmp_pa
     assert not (tmp_path / "run" / "pretrain_config.json").exists()
 
 
+@pytest.mark.slow
 def test_a_corpus_prepared_with_another_vocabulary_is_refused_naming_both(corpus, tmp_path, capsys):
     other = prepare_corpus([str(corpus)], tmp_path / "other", vocab_size=101, max_seq_length=32,
                            input_layout="paragraphs", document_boundary="chapter", masking="dynamic", eval_fraction=0.2)
@@ -114,6 +117,7 @@ def test_a_corpus_prepared_with_another_vocabulary_is_refused_naming_both(corpus
     assert main(argv({**values, "max_steps": 1, "eval_steps": 1, "save_steps": 1})) == 0
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_is_bitwise_identical_with_the_checkpoint_gone(corpus, tmp_path):
     source = tmp_path / "google"
     shutil.copytree(GOOGLE, source)
@@ -139,6 +143,7 @@ PULL_AND_CONTINUE = """
 """
 
 
+@pytest.mark.slow
 def test_init_from_a_hub_repository_at_a_revision_and_the_card_names_it(corpus, tmp_path, hub_server,
                                                                            monkeypatch):
     allow_hub_calls(monkeypatch)
@@ -169,6 +174,7 @@ def test_init_from_a_hub_repository_at_a_revision_and_the_card_names_it(corpus, 
     assert "user/no-such-model: no such folder, and no such model on the Hub" in done.stderr
 
 
+@pytest.mark.slow
 def test_init_from_a_hub_that_never_answers_stops_in_one_line(corpus, tmp_path, silent_server,
                                                                monkeypatch, capsys):
     allow_hub_calls(monkeypatch)

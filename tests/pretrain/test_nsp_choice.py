@@ -71,6 +71,7 @@ class Pooler(PretrainCallback):
         return not torch.equal(self.after[first], self.after[last])
 
 
+@pytest.mark.slow
 def test_one_sentence_documents_train_mlm_only(snippets, tmp_path, capsys):
     config, weights = run(snippets, tmp_path / "auto")
     assert config.next_sentence_prediction is False
@@ -86,6 +87,7 @@ def test_one_sentence_documents_train_mlm_only(snippets, tmp_path, capsys):
     assert forced.next_sentence_prediction is True
 
 
+@pytest.mark.slow
 def test_real_documents_train_both_unless_told(chapters, tmp_path):
     config, _ = run(chapters, tmp_path / "auto")
     assert config.next_sentence_prediction is True
@@ -121,6 +123,7 @@ def long_sentence_documents(path, documents=60, sentences=6, seed=0):
     return path
 
 
+@pytest.mark.slow
 def test_nsp_is_decided_per_phase_from_its_own_rows(tmp_path, capsys):
     """Random pairs at length 32, real ones at 128: NSP is off in the 32 phase and on in the 128 phase (a choice read
     from the first phase's folder trained MLM only for the whole run)."""
@@ -143,6 +146,7 @@ def test_nsp_is_decided_per_phase_from_its_own_rows(tmp_path, capsys):
         assert line["loss"] == pytest.approx(line["mlm_loss"] + nsp), line
 
 
+@pytest.mark.slow
 def test_only_training_rows_are_counted(chapters, tmp_path):
     """The share of random-B pairs is that of the training rows: a corpus whose report (training and held-out rows
     together) said 95% random still trains NSP when its training rows are real pairs."""
@@ -210,6 +214,7 @@ def unrelated(tmp_path_factory):
                           eval_fraction=0.3, seed=1, masking="dynamic")
 
 
+@pytest.mark.slow
 def test_nsp_at_the_majority_baseline_stops(unrelated, tmp_path, capsys):
     pooler = Pooler()
     config, _ = run(unrelated, tmp_path / "run", callbacks=[pooler], max_steps=8, eval_steps=4, save_steps=8,
@@ -231,6 +236,7 @@ def test_nsp_at_the_majority_baseline_stops(unrelated, tmp_path, capsys):
     assert AutoModelForPreTraining.from_pretrained(tmp_path / "run").cls.seq_relationship.out_features == 2
 
 
+@pytest.mark.slow
 def test_nsp_asked_for_trains_on_and_says_it_learns_nothing(unrelated, tmp_path, capsys):
     pooler = Pooler()
     run(unrelated, tmp_path / "run", callbacks=[pooler], max_steps=8, eval_steps=4, save_steps=8,
@@ -258,6 +264,7 @@ def test_the_held_out_check_is_a_one_sided_binomial_test():
 # The held-out loss
 
 
+@pytest.mark.slow
 def test_the_held_out_loss_leaves_out_an_nsp_head_not_trained(snippets, tmp_path):
     run(snippets, tmp_path / "run")
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())

@@ -111,6 +111,7 @@ def test_linear_warmup_decay_schedule_and_state_round_trip():
         linear_warmup_decay(optimizer, warmup_steps=13, total_steps=12)
 
 
+@pytest.mark.slow
 def test_optimizer_and_schedule_plug_into_trainer(tmp_path):
     from datasets import Dataset
     from transformers import Trainer, TrainingArguments

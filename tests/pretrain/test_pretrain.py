@@ -49,6 +49,7 @@ def straight_run(prepared, tmp_path_factory):
     return output_dir, result
 
 
+@pytest.mark.slow
 def test_straight_run_follows_the_phases_and_keeps_the_last_checkpoints(straight_run):
     output_dir, result = straight_run
     assert [step for step, _ in list_checkpoints(output_dir)] == [4, 6, 8]  # keep_last=3
@@ -87,6 +88,7 @@ KILL_DURING_CHECKPOINT = """
 """
 
 
+@pytest.mark.slow
 def test_sigkill_after_half_the_steps_then_resume_is_bitwise_identical(straight_run, prepared,
                                                                        tmp_path):
     straight_dir, _ = straight_run
@@ -105,6 +107,7 @@ def test_sigkill_after_half_the_steps_then_resume_is_bitwise_identical(straight_
     assert [r["step"] for r in logged_steps(output_dir) if "loss" in r] == list(range(1, N + 1))
 
 
+@pytest.mark.slow
 def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(straight_run, prepared, tmp_path):
     straight_dir, _ = straight_run
     output_dir = tmp_path / "killed"
@@ -142,6 +145,7 @@ def _train(model, batches, optimizer_name: str) -> list[tuple[float, float, floa
     return losses
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer_name", ["adamw", "adam_google", "lamb"])
 def test_fifty_steps_match_transformers_bert(prepared, optimizer_name):
     corpus = PreparedCorpus.open(prepared[64])
@@ -228,6 +232,7 @@ REMOTE_CODE = """
 """
 
 
+@pytest.mark.slow
 def test_output_loads_as_remote_code_without_hfbert(straight_run):
     output_dir, result = straight_run
     done = run_script(REMOTE_CODE, output_dir)
@@ -332,6 +337,7 @@ def test_failed_checkpoint_write_keeps_the_previous_checkpoint(prepared, tmp_pat
     assert torch.load(latest / "pytorch_model.bin", weights_only=True)  # loadable
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(prepared, tmp_path, monkeypatch,
                                                                    capsys):
     forward = hfbert.HfBertForPreTraining.forward
@@ -381,6 +387,7 @@ def test_config_file_overrides_and_help(tmp_path, capsys):
         assert f"--{f.name} " in text and f.metadata["help"].split()[0] in text, f.name
 
 
+@pytest.mark.slow
 def test_without_prepared_folders_the_job_prepares_its_input_first(corpus, tmp_path):
     """The default job's path: prepare into output_dir/prepared (the folders hfbert prepare writes), then train
     from them exactly as from --prepared. --document_boundary chapter is the chapter-heading rule there too."""
@@ -468,6 +475,7 @@ def test_prepared_folders_are_checked_against_the_schedule_and_the_model(prepare
     assert not list_checkpoints(output_dir)  # every check came before the first step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["one folder at its own length", "two folders, two phases"])
 def test_each_corpus_of_a_run_is_opened_once(prepared, tmp_path, monkeypatch, schedule):
     """The plan opens each --prepared folder once, with the real limits, and the phases, the model check and the
@@ -496,6 +504,7 @@ def test_prepared_folders_need_one_tokenizer(prepared, corpus, tmp_path, capsys)
         pretrain(PretrainConfig.from_dict(values))
 
 
+@pytest.mark.slow
 def test_a_prepared_hub_dataset_repo_trains_like_its_folder(prepared, tmp_path, monkeypatch):
     """--prepared user/name: the dataset repo is downloaded (once per machine) and trains exactly as its folder."""
     from helpers.hub_server import allow_hub_calls, start_hub
@@ -537,6 +546,7 @@ def test_default_job_prepares_the_builtin_corpus():
         PretrainConfig(input=["a.txt"], dataset="b")
 
 
+@pytest.mark.slow
 def test_push_to_hub_uploads_the_export_but_not_the_checkpoints(prepared, tmp_path, monkeypatch):
     from huggingface_hub import constants
     from helpers.hub_server import allow_hub_calls, start_hub
@@ -573,6 +583,7 @@ def test_a_datasets_dataset_is_an_input_too(tmp_path, capsys):
     assert "text_column 'body' is not a column of" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_readmes_scale_example_trains_one_folder_at_its_length(prepared, tmp_path):
     """`hfbert pretrain --prepared prepared-128 --preset base --max_steps 100000 --output_dir out/bert` as the README
     writes it (on a folder of length 64, the steps and the model made small by options added after it): no

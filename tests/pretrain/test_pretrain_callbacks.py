@@ -53,6 +53,7 @@ class Wider(HfBertForPreTraining):
         super().__init__(config)
 
 
+@pytest.mark.slow
 def test_callbacks_see_every_step_log_and_evaluation_in_order(prepared_32, tmp_path):
     recorder = Recorder()
     result = pretrain(job(prepared_32, tmp_path / "run"), callbacks=[recorder])
@@ -121,6 +122,7 @@ class Steer(PretrainCallback):
         self.events.append(("end", step, metrics["stopped_by"]))
 
 
+@pytest.mark.slow
 def test_callbacks_steer_evaluation_checkpoints_and_the_stop(prepared_32, tmp_path):
     steer = Steer()
     out = tmp_path / "run"
@@ -147,6 +149,7 @@ def test_a_checkpoint_written_before_the_log_sums_were_renamed_resumes_its_sums(
     assert (state.since_log_seconds, state.since_log_data_seconds, state.tokens_seen) == (1.5, 0.5, 90)
 
 
+@pytest.mark.slow
 def test_a_training_step_packs_its_rows_without_looking_at_the_mask_on_the_device(prepared_32, tmp_path, monkeypatch):
     """Where a micro-batch's real tokens and supervised labels sit is found on the host when the batch is read (in
     the read-ahead thread), from the rows' lengths and the labels; the training thread never searches the mask or

@@ -65,6 +65,7 @@ def test_rows_of_a_step_have_different_masked_counts(folder):
     assert sum(uneven) >= STEPS // 2, counts
 
 
+@pytest.mark.slow
 def test_accumulation_and_processes_match_one_big_batch(split_settings, tmp_path):
     whole = tmp_path / "1x8"
     pretrain(PretrainConfig.from_dict(split_settings(whole, batch_size=8)))
@@ -109,6 +110,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_machines_without_a_shared_disk_prepare_the_same_data(corpus, tmp_path):
     """Two `accelerate launch --num_machines 2` commands on one host, each with its own output folder: the main
     process trains the vocabulary and sends it; the other machine prepares the same shards with it; only the

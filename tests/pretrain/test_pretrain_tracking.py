@@ -56,6 +56,7 @@ def mlflow_store(tmp_path, monkeypatch):
     mlflow.set_tracking_uri(None)
 
 
+@pytest.mark.slow
 def test_mlflow_gets_the_scalars_and_the_settings_of_the_json_lines(prepared, mlflow_store, tmp_path):
     output_dir, report_to = tmp_path / "run", ["jsonl", "tensorboard", "mlflow"]
     pretrain(PretrainConfig.from_dict(settings([prepared[64]], output_dir, max_steps=4, eval_steps=2, save_steps=4,

@@ -254,6 +254,7 @@ def printed_command(message: str) -> list[str]:
     return words[2:]
 
 
+@pytest.mark.slow
 def test_a_diverging_run_recovers_with_a_lower_learning_rate_through_the_documented_path(folder, tmp_path,
                                                                                        monkeypatch, capsys):
     out = tmp_path / "run"
@@ -367,6 +368,7 @@ def straight(folder, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["published", "deleting"])
 def test_sigkill_during_save_and_prune_then_resume_keeps_keep_last_and_is_exact(folder, straight, tmp_path, point):
     out = tmp_path / "killed"
@@ -385,6 +387,7 @@ def test_sigkill_during_save_and_prune_then_resume_keeps_keep_last_and_is_exact(
     assert all(torch.equal(left[name], right[name]) for name in left)
 
 
+@pytest.mark.slow
 def test_pretrain_push_to_a_silent_hub_fails_within_the_timeout(folder, tmp_path, monkeypatch, silent_server):
     allow_hub_calls(monkeypatch)
     monkeypatch.setattr(constants, "ENDPOINT", silent_server.url)

@@ -116,6 +116,7 @@ def finish(machines) -> list[str]:
     return errors
 
 
+@pytest.mark.slow
 def test_two_machines_without_a_shared_disk_resume_exactly_after_both_die(folder, tmp_path):
     values = run_settings(folder, "OUT")
     finish(two_machines(tmp_path, "straight", values))
@@ -174,6 +175,7 @@ DIVERGE_ON_RANK_1 = """
 """
 
 
+@pytest.mark.slow
 def test_a_nan_on_one_of_two_processes_stops_both_at_that_step_with_one_message(folder, tmp_path):
     out = tmp_path / "run"
     config_file = write_config(tmp_path / "run.json", run_settings(folder, out))
@@ -225,6 +227,7 @@ def disk_fills(monkeypatch, what: str, when) -> None:
         monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full)
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_in_one_line_keeps_the_last_checkpoint_and_resumes_exactly(folder, straight, tmp_path,
                                                                                       monkeypatch, capsys):
     out = tmp_path / "run"
@@ -281,6 +284,7 @@ def tmpfs(tmp_path_factory):
         subprocess.run(["umount", str(point)], capture_output=True)
 
 
+@pytest.mark.slow
 def test_a_real_full_disk_stops_in_one_line_and_the_last_checkpoint_loads(folder, tmp_path, tmpfs):
     """Not a simulated error: the output folder is on a 1.6 MB filesystem, two checkpoints fit and the third does
     not (torch's zip writer then fails with its own error, which is recognised as a full disk)."""
@@ -363,6 +367,7 @@ def test_a_shard_of_the_wrong_size_stops_before_training_in_one_line(many_shards
     assert not (tmp_path / "run" / "checkpoint-00000001").exists()
 
 
+@pytest.mark.slow
 def test_two_processes_say_a_bad_setting_and_a_damaged_shard_once(many_shards, tmp_path):
     bad = subprocess.run(accelerate("--multi_gpu", "--num_processes", "2", "--num_machines", "1", "-m",
                                     "hfbert.pretrain", "--output_dir", str(tmp_path / "bad"), "--batch_size", "0"),

@@ -32,6 +32,7 @@ def digests(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file() and p.suffix != ".log"}
 
 
+@pytest.mark.slow
 def test_prepare_without_a_tokenizer_twice_gives_the_same_folder(corpus, tmp_path):
     """Two `hfbert prepare` processes (other hash seeds), each training its own vocabulary: the same files."""
     folders = []
@@ -52,6 +53,7 @@ def test_prepare_without_a_tokenizer_twice_gives_the_same_folder(corpus, tmp_pat
     assert manifests[0].tokenizer == manifests[1].tokenizer
 
 
+@pytest.mark.slow
 def test_a_job_from_raw_text_twice_gives_the_same_model(corpus, tmp_path):
     """`hfbert pretrain` from empty folders (vocabulary, shards, training): the same vocab.txt and weights."""
     runs = []
@@ -121,6 +123,7 @@ def neutral_settings(prepared, output_dir, **overrides) -> dict:
     return settings([prepared[64]], output_dir, **{**values, **overrides})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, where", NEUTRAL_CASES, ids=[f"{n}-{w}" if w else n for n, w in NEUTRAL_CASES])
 def test_a_neutral_setting_changed_alone_ends_in_the_same_weights(name, where, prepared, reference, tmp_path,
                                                                   monkeypatch):
@@ -166,6 +169,7 @@ def on_the_local_hub(where: str, values: dict, prepared, cache: Path, monkeypatc
         httpd.server_close()
 
 
+@pytest.mark.slow
 def test_the_reference_run_drew_dropout(prepared, reference, tmp_path):
     """What makes the comparisons above worth making: another seed gives other weights."""
     output_dir = tmp_path / "other-seed"

@@ -126,6 +126,7 @@ def job(folder, output_dir, **overrides) -> PretrainConfig:
     return PretrainConfig.from_dict({**values, **overrides})
 
 
+@pytest.mark.slow
 def test_an_optimizer_step_reads_the_device_once(prepared_32, tmp_path):
     """Two micro-batches a step, a time limit, logging every third step: between the ends of two steps (the log line
     included) the training thread reads the device once, the step's agreed statistics and flags."""

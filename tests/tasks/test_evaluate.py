@@ -149,6 +149,7 @@ def evaluated(model_dir, suite_file, tmp_path_factory):
     return {"model": model, "out": out, "runs": trainings.runs, "summary": summary}
 
 
+@pytest.mark.slow
 def test_results_hold_every_task_its_spread_over_seeds_and_the_average(evaluated):
     out = evaluated["out"]
     assert sorted(evaluated["runs"]) == [("people", "1"), ("people", "2"), ("polarity", "1"), ("polarity", "2")]
@@ -173,6 +174,7 @@ def test_results_hold_every_task_its_spread_over_seeds_and_the_average(evaluated
     assert not list(run.glob("*.safetensors")) and (run / "all_results.json").is_file()
 
 
+@pytest.mark.slow
 def test_resume_runs_only_what_is_missing_or_incomplete(evaluated, monkeypatch):
     out = evaluated["out"]
     before = json.loads((out / "results.json").read_text())
@@ -189,6 +191,7 @@ def test_resume_runs_only_what_is_missing_or_incomplete(evaluated, monkeypatch):
     assert trainings.runs == [("polarity", "3")]
 
 
+@pytest.mark.slow
 def test_a_killed_evaluation_resumes_with_the_runs_it_had_not_finished(model_dir, suite_file, tmp_path, monkeypatch):
     """SIGKILL of a real ``hfbert evaluate`` process as soon as its first run's result is written; ``--resume``
     then trains exactly the runs without a result, and the finished one is kept, not redone."""
@@ -324,6 +327,7 @@ def _glue_stand_in(root: Path, config: str, columns: list[str], rng) -> None:
         str(root / "nyu-mll" / "glue" / config))
 
 
+@pytest.mark.slow
 def test_the_glue_suite_checks_against_glue_columns_and_runs_from_a_local_copy(model_dir, tmp_path, monkeypatch):
     rng = random.Random(4)
     for config, columns in GLUE_COLUMNS.items():
@@ -374,6 +378,7 @@ def test_a_run_that_evaluates_a_suite_lets_its_other_processes_wait_for_it(suite
     assert without.init_handler is None
 
 
+@pytest.mark.slow
 def test_evaluate_exported_scores_the_exported_folder_and_writes_its_card(model_dir, suite_file, tmp_path):
     exported = tmp_path / "run"
     shutil.copytree(model_dir, exported)
@@ -388,6 +393,7 @@ def test_evaluate_exported_scores_the_exported_folder_and_writes_its_card(model_
     assert [r.task_name for r in card.data.eval_results] == ["polarity", "polarity"]
 
 
+@pytest.mark.slow
 def test_pretrain_with_a_suite_ends_with_its_scores_in_the_card_and_the_same_weights(prepared, suite_file, tmp_path):
     """The suite runs on the model at every evaluate_suite_steps and on the exported folder after training (not a
     trajectory setting: the weights are those of the same run without it); the scores along the way go to the log,

@@ -100,6 +100,7 @@ def protocol_run(model_dir, suite_file, tmp_path_factory):
     return {"out": out, "argvs": recorded.argvs, "summary": json.loads((out / "results.json").read_text())}
 
 
+@pytest.mark.slow
 def test_the_rate_is_chosen_on_the_selection_split_and_never_on_the_reported_one(protocol_run):
     out, argvs = protocol_run["out"], protocol_run["argvs"]
     selection = out / "data" / "polarity" / "protocol" / "selection.jsonl"
@@ -250,6 +251,7 @@ def test_bad_protocol_settings_stop_in_one_line(model_dir, suite_file, tmp_path,
                  protocol=Protocol(selection_rows=64, baseline=True))
 
 
+@pytest.mark.slow
 def test_the_stable_preset_trains_every_run_and_keeps_the_best_checkpoint_on_the_selection_split(model_dir, suite_file,
                                                                                                  tmp_path):
     out = tmp_path / "stable"

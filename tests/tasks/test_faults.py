@@ -54,6 +54,7 @@ def model():
 # ---------------------------------------------------------------------------------------------- statistics
 
 
+@pytest.mark.slow
 def test_flip_count_matches_binomial_expectation(model):
     """200 injections at ber=2e-3 over N eligible bits: K ~ Binomial(N, p).
 
@@ -329,6 +330,7 @@ def classifier_dir(tmp_path):
     return tmp_path / "model", data
 
 
+@pytest.mark.slow
 def test_robustness_cli_writes_table_json_and_plot(classifier_dir, tmp_path, capsys):
     model_dir, data = classifier_dir
     argv = ["--model", str(model_dir), "--data", str(data), "--ber", "1e-3,0.05", "--trials", "2",

@@ -145,6 +145,7 @@ def test_windows_read_the_tail_that_truncation_cuts_one_prediction_per_row(data_
     assert len(_read_jsonl(tmp_path / "cut" / "test_predictions.jsonl")) == len(test)
 
 
+@pytest.mark.slow
 def test_regression_windows_average_the_predicted_values(data_dir, tmp_path):
     out = tmp_path / "regression"
     metrics = finetune_classification.main(_args(data_dir, out, "--doc_stride", "4", "--label_column", "valence",

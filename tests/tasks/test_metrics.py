@@ -107,6 +107,7 @@ def test_regression_equals_scipy(modules):
     assert classification_metrics(pred, gold, "regression") == expected
 
 
+@pytest.mark.slow
 def test_entities_equal_seqeval_and_entity_scores(modules):
     rng = np.random.default_rng(10)
     gold = [[TAGS[i] for i in rng.integers(0, len(TAGS), rng.integers(1, 15))] for _ in range(120)]
@@ -135,6 +136,7 @@ def _squad_inputs(rows, with_null=False):
     return {"predictions": predictions, "references": references}
 
 
+@pytest.mark.slow
 def test_squad_hand_worked(modules):
     rows = {
         "exact": ("The Eiffel Tower!", ["Eiffel Tower", "the tower"], 0.0),  # EM 1, F1 1
@@ -190,6 +192,7 @@ def test_squad_v2_threshold_is_the_best_of_every_threshold():
             pytest.approx(score, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_metrics_for_trainer_takes_a_loaded_or_combined_metric():
     rng = np.random.default_rng(12)
     logits, labels = rng.normal(size=(50, 3)), rng.integers(0, 3, 50)
@@ -227,6 +230,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_every_module_loads_offline_from_anywhere_twice_and_in_two_processes(tmp_path):
     work, home = tmp_path / "elsewhere", tmp_path / "hf"
     work.mkdir()
@@ -272,6 +276,7 @@ def _sentences(n, seed):
 
 # The evaluators get the model folder: evaluate 0.4.6 checks a Pipeline object against transformers.TFPreTrainedModel,
 # which transformers 5 no longer has; given a path it builds the pipeline itself.
+@pytest.mark.slow
 def test_text_classification_evaluator_runs_on_an_hfbert_pipeline(tmp_path):
     folder = _tiny_model_folder(hfbert.HfBertForSequenceClassification, tmp_path, ["neg", "pos"])
     pipe = pipeline("text-classification", model=folder, device="cpu")
@@ -286,6 +291,7 @@ def test_text_classification_evaluator_runs_on_an_hfbert_pipeline(tmp_path):
     assert 0 <= result["accuracy"] <= 1 and 0 <= result["f1"] <= 1
 
 
+@pytest.mark.slow
 def test_token_classification_evaluator_runs_on_an_hfbert_pipeline(tmp_path):
     folder = _tiny_model_folder(hfbert.HfBertForTokenClassification, tmp_path, TAGS[:5])
     pipe = pipeline("token-classification", model=folder, device="cpu")

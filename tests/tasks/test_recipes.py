@@ -69,6 +69,7 @@ def _read_jsonl(path):
 
 
 # ------------------------------------------------------------------------------------------ classification
+@pytest.mark.slow
 def test_classification_learns_writes_a_hub_folder_and_the_pipeline_agrees(data_dir, tmp_path):
     out = tmp_path / "cls"
     metrics = _recipe("finetune_classification").main(_args(
@@ -87,6 +88,7 @@ def test_classification_learns_writes_a_hub_folder_and_the_pipeline_agrees(data_
     assert sum(p == g for p, g in zip(piped, gold)) / len(gold) == pytest.approx(metrics["eval_accuracy"])
 
 
+@pytest.mark.slow
 def test_pair_regression_from_a_yaml_file_with_transformers_classes(data_dir, tmp_path):
     out = tmp_path / "reg"
     args = _args(data_dir, out, "--train_file", str(data_dir / "train.jsonl"), "--validation_file",
@@ -107,6 +109,7 @@ def test_pair_regression_from_a_yaml_file_with_transformers_classes(data_dir, tm
     assert metrics["eval_pearson"] > 0.8 and "eval_spearman" in metrics
 
 
+@pytest.mark.slow
 def test_multi_label(data_dir, tmp_path):
     out = tmp_path / "ml"
     metrics = _recipe("finetune_classification").main(_args(
@@ -151,6 +154,7 @@ def _ner_rows(rng, n, long_every=0):
     return rows
 
 
+@pytest.mark.slow
 def test_ner_windows_long_sentences_and_the_pipeline_agrees(data_dir, tmp_path):
     rng = random.Random(1)
     _jsonl(tmp_path / "train.jsonl", _ner_rows(rng, 48, long_every=8))
@@ -193,6 +197,7 @@ def _squad(rng, n, with_bad=False):
     return {"version": "v2.0", "data": [{"title": "toy", "paragraphs": paragraphs}]}
 
 
+@pytest.mark.slow
 def test_qa_v2_recipe_and_the_question_answering_pipeline_agree(data_dir, tmp_path):
     rng = random.Random(2)
     (tmp_path / "train.json").write_text(json.dumps(_squad(rng, 40, with_bad=True)))
@@ -221,6 +226,7 @@ def test_qa_v2_recipe_and_the_question_answering_pipeline_agree(data_dir, tmp_pa
 
 
 # ------------------------------------------------------------------------------------------ multiple choice
+@pytest.mark.slow
 def test_multiple_choice(data_dir, tmp_path):
     rng = random.Random(3)
     rows = []
@@ -246,6 +252,7 @@ def test_multiple_choice(data_dir, tmp_path):
 
 
 # --------------------------------------------------------------------------------------------- push_to_hub
+@pytest.mark.slow
 def test_push_to_hub_passes_through_to_trainer_and_keeps_the_hfbert_card(data_dir, tmp_path):
     """`--push_to_hub` on the local Hub-protocol server (tests/helpers), in a process that is online to it."""
     hub, httpd = start_hub()

@@ -98,6 +98,7 @@ def test_exact_size_when_trainer_overshoots_or_needs_trimming(austen_lines):
         assert len(train_wordpiece(iter(austen_lines[:300]), size).get_vocab()) == size
 
 
+@pytest.mark.slow
 def test_english_8000_from_austen_has_low_unk_rate_on_held_out(austen_lines):
     cut = int(len(austen_lines) * 0.9)
     tokenizer = train_wordpiece(iter(austen_lines[:cut]), 8000)
@@ -105,6 +106,7 @@ def test_english_8000_from_austen_has_low_unk_rate_on_held_out(austen_lines):
     assert _unk_rate(tokenizer, austen_lines[cut:]) < 0.005
 
 
+@pytest.mark.slow
 def test_chinese_5000_from_peoples_daily_has_low_unk_rate_on_held_out(peoples_daily):
     cut = int(len(peoples_daily) * 0.9)
     tokenizer = train_wordpiece(iter(peoples_daily[:cut]), 5000)
@@ -196,6 +198,7 @@ def test_max_input_chars_per_word(small_tokenizer, tmp_path, english_vocab):
     assert AutoTokenizer.from_pretrained(tmp_path).tokenize("a" * 101) == ["[UNK]"]
 
 
+@pytest.mark.slow
 def test_tokenize_dataset_batched_map_matches_direct_call(small_tokenizer, austen_lines):
     ds = datasets.Dataset.from_dict({"text": austen_lines[:64], "id": list(range(64))})
     expected = small_tokenizer(austen_lines[:64], add_special_tokens=False)["input_ids"]
@@ -223,6 +226,7 @@ def _random_ascii_lines(count: int, seed: int, words: list[str]) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["google_uncased", "google_cased", "stock_bert", "trained"])
 def test_word_cache_encoder_gives_the_pipeline_ids(kind, english_vocab, austen_lines, small_tokenizer):
     """The fast path (printable ASCII, cached WordPiece) must give exactly the `tokenizers` pipeline's ids."""
@@ -305,6 +309,7 @@ def test_parity_with_reference_on_edge_cases(english_vocab, chinese_vocab, lower
         _assert_parity(tokenizer, ReferenceBertTokenizer(vocab, lowercase=lowercase), EDGE_CASES)
 
 
+@pytest.mark.slow
 def test_parity_with_reference_on_real_english(english_vocab, austen_lines):
     # The vocabulary's own entries, eight to a line: every script, symbol and accent bert-base-uncased knows
     # (without [PAD], [CLS], ...: a special token written in the text stays whole, a documented difference).
@@ -315,6 +320,7 @@ def test_parity_with_reference_on_real_english(english_vocab, austen_lines):
     _assert_parity(bert_tokenizer_from_vocab(english_vocab), ReferenceBertTokenizer(english_vocab), lines)
 
 
+@pytest.mark.slow
 def test_parity_with_reference_on_real_chinese(chinese_vocab, peoples_daily):
     lines = peoples_daily[:6_000]
     assert len(lines) == 6_000

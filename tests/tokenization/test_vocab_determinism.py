@@ -65,6 +65,7 @@ def _run(args: list[str], hash_seed: int, threads: int) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_one_vocab_txt_in_every_process_thread_count_and_entry_point(tmp_path, corpus_file):
     """Five processes with other hash seeds (and 1 or 2 `tokenizers` threads) and the ``hfbert train-tokenizer``
     command write the same vocab.txt, of exactly the size asked (hash order changed it on every run before)."""
@@ -87,6 +88,7 @@ def test_one_vocab_txt_in_every_process_thread_count_and_entry_point(tmp_path, c
         assert lines[: len(SPECIAL_TOKENS)] == list(SPECIAL_TOKENS)
 
 
+@pytest.mark.slow
 def test_text_order_and_batching_do_not_matter(corpus_file):
     lines = corpus_file.read_text(encoding="utf-8").splitlines()
     shuffled = lines[:]
@@ -181,6 +183,7 @@ def _reference_wordpiece(lines: list[str], vocab_size: int, min_frequency: int =
     return vocab
 
 
+@pytest.mark.slow
 def test_same_vocabulary_as_the_plain_reference_algorithm(corpus_file):
     lines = corpus_file.read_text(encoding="utf-8").splitlines()[:200]
     vocab = train_wordpiece(iter(lines), 300).get_vocab()
