@@ -401,7 +401,7 @@ def test_hfbert_pretrain_stops_with_one_line_on_a_damaged_remote_shard(flaky, tm
     status = main(["--prepared", "flaky://corpus", "--max_seq_length", "64", "--preset", "tiny", "--model",
                    json.dumps(TINY_MODEL), "--batch_size", "8", "--max_steps", "6", "--eval_steps", "6",
                    "--max_eval_examples", "8", "--hub_timeout", "2", "--progress_bar", "false", "--mixed_precision",
-                   "no", "--output_dir", str(tmp_path / "run")])
+                   "no", "--next_sentence_prediction", "true", "--output_dir", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert status == 1 and err.count("\n") == 1, err
     assert err.startswith("hfbert pretrain: error: ") and ".parquet of flaky://corpus" in err

@@ -342,8 +342,9 @@ def test_a_shard_damaged_on_disk_stops_training_in_one_line_and_the_last_checkpo
                                                                                         capsys):
     damaged, name = damaged_copy(many_shards, tmp_path / "damaged", 1, 4, first_step=3)
     out = tmp_path / "run"
+    # NSP given: the choice from the data would read the damaged shard's labels before the first step
     values = run_settings(damaged, out, save_steps=3, keep_last=10, report_to=[], shuffle_window=1,
-                          max_steps=LONG_STEPS, eval_steps=LONG_STEPS)
+                          max_steps=LONG_STEPS, eval_steps=LONG_STEPS, next_sentence_prediction=True)
     assert main(["--config", str(write_config(tmp_path / "run.json", values))]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
@@ -378,7 +379,8 @@ def test_two_processes_say_a_bad_setting_and_a_damaged_shard_once(many_shards, t
     damaged, name = damaged_copy(many_shards, tmp_path / "damaged", 2, 4, first_step=3)
     config_file = write_config(tmp_path / "run.json", run_settings(damaged, tmp_path / "run", report_to=[],
                                                                    shuffle_window=1, max_steps=LONG_STEPS,
-                                                                   eval_steps=LONG_STEPS))
+                                                                   eval_steps=LONG_STEPS,
+                                                                   next_sentence_prediction=True))
     script = tmp_path / "watched.py"
     script.write_text(textwrap.dedent(WATCH_THE_STOP))
     done = subprocess.run(accelerate("--multi_gpu", "--num_processes", "2", "--num_machines", "1", str(script),
