@@ -177,9 +177,14 @@ def held_out_rows(path: Path) -> list[dict]:
 # Choosing, and what is reported
 
 
+def lower_is_better(metric: str) -> bool:
+    """Whether a smaller ``metric`` is the better score (a loss or an error)."""
+    return metric in _LOWER_IS_BETTER
+
+
 def better(metric: str) -> Callable[[float, float], bool]:
     """``better(metric)(a, b)``: whether score ``a`` beats ``b`` (NaN never does)."""
-    lower = metric in _LOWER_IS_BETTER
+    lower = lower_is_better(metric)
     return lambda a, b: math.isfinite(a) and (not math.isfinite(b) or (a < b if lower else a > b))
 
 

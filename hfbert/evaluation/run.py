@@ -40,6 +40,7 @@ from .protocol import (
     chosen_rate,
     constant_score,
     held_out_rows,
+    lower_is_better,
     parse_sizes,
     spread,
     write_protocol_files,
@@ -307,13 +308,11 @@ def _protocol_task(task: SuiteTask, protocol: Protocol, arm: str, rate: float, s
     preset = PRESETS[protocol.preset]
     if "evaluations" in preset:
         every = max(1, steps // preset["evaluations"])
-        lower = task.metric in ("eval_loss", "eval_mse")
+        chooses_by = "eval_loss" if task.type == "ner" else task.metric  # NER's Trainer evaluation has only its loss
         training.update({"warmup_steps": preset["warmup_steps"], "eval_strategy": "steps", "eval_steps": every,
                          "save_strategy": "steps", "save_steps": every, "save_total_limit": 1,
-                         "load_best_model_at_end": True, "greater_is_better": not lower,
-                         "metric_for_best_model": "loss" if task.type == "ner" else task.metric.removeprefix("eval_")})
-        if task.type == "ner":
-            training["greater_is_better"] = False
+                         "load_best_model_at_end": True, "greater_is_better": not lower_is_better(chooses_by),
+                         "metric_for_best_model": chooses_by.removeprefix("eval_")})
     return dataclasses.replace(task, learning_rate=rate, training=training)
 
 
