@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hfbert.arguments import CommandParser, UsageError
+from hfbert.data import LINE_LAYOUTS
 from hfbert.unpadding_hfbert import ATTENTION_BACKENDS
 
 from .contenders import BASELINE_ATTENTION, PEERS
@@ -178,8 +179,8 @@ class BenchArguments:
             raise UsageError(f"--masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise UsageError(f"--short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
-        if self.input_layout not in (None, "sentences", "paragraphs"):
-            raise UsageError(f"--input_layout must be 'sentences' or 'paragraphs', got {self.input_layout!r}")
+        if self.input_layout not in (None, *LINE_LAYOUTS):
+            raise UsageError(f"--input_layout must be one of {LINE_LAYOUTS}, got {self.input_layout!r}")
         if self.corpus is not None and not Path(self.corpus).is_file():
             raise UsageError(f"--corpus: file not found: {self.corpus}")
         if self.document_boundary not in (None, "chapter"):

@@ -12,7 +12,7 @@ import importlib
 
 _EXPORTS = {
     "collator": ["DataCollatorForBertPretraining"],
-    "documents": ["CHAPTER_HEADING", "CorpusError", "ReadStats", "read_document_range", "read_documents",
+    "documents": ["CHAPTER_HEADING", "CorpusError", "LINE_LAYOUTS", "ReadStats", "read_document_range", "read_documents",
                   "read_people_daily", "split_sentences"],
     "manifest": ["Manifest"],
     "masking": ["MaskingSpec", "mask_sequence", "num_to_predict"],

@@ -29,6 +29,7 @@ from ..inputs import open_binary
 __all__ = [
     "CHAPTER_HEADING",
     "CorpusError",
+    "LINE_LAYOUTS",
     "ReadStats",
     "open_binary",
     "read_document_range",
@@ -38,6 +39,8 @@ __all__ = [
 ]
 
 #: Boundary pattern for novels with one paragraph per line: "CHAPTER XII", "Chapter 9".
+#: The line-per-item layouts of text files, read a byte range at a time (:func:`read_document_range`).
+LINE_LAYOUTS = ("sentences", "paragraphs")
 CHAPTER_HEADING = r"^\s*(?:CHAPTER|Chapter)\s+[0-9IVXLCDM]+\.?\s*$"
 
 # A sentence ends at . ! ? (or a run of them, "?!", "...") or at the full-width 。！？, followed by any
@@ -166,8 +169,8 @@ class _Lines:
     """Classifies the lines of one layout: text, blank (ends a document) or boundary (ends one, is dropped)."""
 
     def __init__(self, layout: str, boundary: str | None):
-        if layout not in ("sentences", "paragraphs"):
-            raise ValueError(f"layout must be 'sentences' or 'paragraphs', got {layout!r}")
+        if layout not in LINE_LAYOUTS:
+            raise ValueError(f"layout must be one of {LINE_LAYOUTS}, got {layout!r}")
         self.boundary = re.compile(boundary) if boundary else None
 
     def ends_document(self, raw: bytes) -> bool:

@@ -37,7 +37,7 @@ class ExampleSettings:
     """Every setting of building BERT pretraining examples (see the module docstring)."""
 
     # -- the input
-    input_layout: Literal["sentences", "paragraphs", "people-daily"] | None = setting(
+    input_layout: Literal[LAYOUTS] | None = setting(
         None, "sentences: one sentence per line, a blank line between documents (the original format); paragraphs: "
               "one paragraph per line; people-daily: segmented, POS-tagged Chinese (default: sentences; for the "
               "built-in corpus paragraphs)", recorded=False)
@@ -110,8 +110,6 @@ class ExampleSettings:
         for ok, message in checks:
             if not ok:
                 raise UsageError(message)
-        if self.input_layout not in (None, *LAYOUTS):
-            raise UsageError(f"input_layout must be one of {LAYOUTS}, got {self.input_layout!r}")
         try:
             boundary_pattern(self.document_boundary)
         except ValueError as err:

@@ -27,6 +27,7 @@ from ..settings import UsageError
 from ..inputs import Rows, Stream, is_url, open_binary, pick_column, text_source
 from .documents import (
     CHAPTER_HEADING,
+    LINE_LAYOUTS,
     CorpusError,
     ReadStats,
     read_document_range,
@@ -38,7 +39,9 @@ __all__ = ["BUILTIN_CORPUS", "DocumentRows", "DocumentStream", "TextFiles", "bou
 
 #: Jane Austen's six novels (public domain), one paragraph per line, "CHAPTER ..." lines between chapters.
 BUILTIN_CORPUS = Path(__file__).resolve().parents[1] / "corpora" / "en_austen_6novels.txt.gz"
-LAYOUTS = ("sentences", "paragraphs", "people-daily")
+#: Every input layout of text files: the line layouts, and People's Daily (segmented, POS-tagged Chinese, whose
+#: document rule needs a whole file).
+LAYOUTS = (*LINE_LAYOUTS, "people-daily")
 _DATASET_BATCH = 1024  # rows read from a Dataset at a time
 
 

@@ -14,7 +14,7 @@ from datasets import Dataset, IterableDataset
 from hfbert import train_wordpiece
 from hfbert.arguments import CommandParser, UsageError
 from hfbert.data import ExampleSettings, PreparedCorpus, build_pretraining_dataset, prepare_corpus
-from hfbert.data.cli import PrepareArguments, main as prepare_main
+from hfbert.data.cli import PrepareArguments, command_parser as prepare_parser, main as prepare_main
 from hfbert.data.sources import DocumentRows, DocumentStream, TextFiles, resolve_input
 from hfbert.inputs import Files, Rows, Stream, names_files, text_source
 from hfbert.pretrain.config import PretrainConfig, command_parser
@@ -138,3 +138,18 @@ def test_the_in_memory_builder_streams_any_source(en_tok, corpus_dir):
     streamed = build_pretraining_dataset(glob, en_tok, settings, streaming=True)
     assert isinstance(streamed, IterableDataset)
     assert [row["input_ids"] for row in streamed] == mapped["input_ids"]
+
+
+def test_the_input_layouts_are_one_list(tmp_path):
+    """The layouts the settings accept, the command offers and the reader resolves are the one ``LAYOUTS``: a layout
+    added there is a choice everywhere, and an unknown one is refused by name before any file is read."""
+    from hfbert.data.sources import LAYOUTS
+
+    for layout in LAYOUTS:
+        assert ExampleSettings(input_layout=layout).input_layout == layout
+    choices = next(action.choices for action in prepare_parser()._actions if "--input_layout" in action.option_strings)
+    assert tuple(choices) == LAYOUTS
+    with pytest.raises(UsageError, match="input_layout must be one of 'sentences', 'paragraphs', 'people-daily'"):
+        ExampleSettings(input_layout="sentence")
+    with pytest.raises(ValueError, match="input_layout must be one of"):
+        resolve_input(str(tmp_path / "missing.txt"), input_layout="sentence")
