@@ -8,7 +8,9 @@
 * :mod:`~hfbert.pretrain.batches` -- the batch machinery: rows by index (:class:`BatchPlan`), the host's layout of a
   batch, reading ahead.
 * :mod:`~hfbert.pretrain.loop` -- the Accelerate training loop and evaluation.
-* :mod:`~hfbert.pretrain.clock` -- the run's clock, and the schedule of a run given a time budget.
+* :mod:`~hfbert.pretrain.schedule` -- the run's schedule: the phase of each step and when the run ends, counted in
+  steps or by a time budget (``--budget_minutes``).
+* :mod:`~hfbert.pretrain.clock` -- the run's training clock.
 * :mod:`~hfbert.pretrain.command` -- ``hfbert pretrain``: the settings, the job, each failure in one line.
 * :mod:`~hfbert.pretrain.export` -- the exported Hub-format folder (weights, card, curve, fill-mask) and the push.
 * :mod:`~hfbert.pretrain.callbacks` -- :class:`PretrainCallback`, the hooks a caller watches and steers the run

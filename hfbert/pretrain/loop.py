@@ -25,9 +25,7 @@ resumable state in ``checkpoint-*`` folders and logs in ``runs/`` (neither is up
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,7 +41,7 @@ from ..modeling_hfbert import IGNORE_INDEX, HfBertForPreTraining
 from .batches import BatchPlan, HostLayout, ReadAhead, stand_in_batch, training_batch
 from .callbacks import CallbackHandler, DefaultSchedule, PretrainCallback, TrainingControl
 from .checkpointing import from_main, save_checkpoint, seed_step, settle
-from .clock import BUDGET_UNITS, Budget, Clock
+from .clock import Clock
 from .config import Phase, PretrainConfig
 from .export import LOG_FILE, export, push
 from .nsp_choice import CHECK_SHARE, check_held_out, check_note
@@ -121,7 +119,7 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
     loop = _Loop(config, plan, handler)
     try:
         stopped_by = loop.run()
-        phases = loop.phases_run()  # a budget run's phases as the clock cut them
+        phases = plan.schedule.phases_run(state.step)  # a budget run's phases as the clock cut them
         logged = loop.evaluated_now()  # the loop has just logged this step's evaluation
         metrics = {**loop.evaluation(), "step": state.step, "stopped_by": stopped_by,
                    "train_seconds": round(state.train_seconds, 1), "tokens_seen": state.tokens_seen,
@@ -154,13 +152,14 @@ subclass of it is also given the batch's ``packed_rows``, ``supervised_positions
 
 
 class _Loop:
-    """Train from ``state.step`` to ``max_steps`` (or the time limit): log, evaluate, checkpoint."""
+    """Train from ``state.step`` until the run's schedule is done (or a callback stops it): log, evaluate,
+    checkpoint."""
 
     def __init__(self, config: PretrainConfig, plan: RunPlan, callbacks: CallbackHandler):
         self.config, self.accelerator, self.model = config, plan.accelerator, plan.model
         self.callbacks = callbacks  # DefaultSchedule first
         self.optimizer, self.scheduler, self.data = plan.optimizer, plan.scheduler, plan.data
-        self.phases, self.state = plan.phases, plan.state
+        self.phases, self.schedule, self.state = plan.phases, plan.schedule, plan.state
         accelerator, model, state, phases = plan.accelerator, plan.model, plan.state, plan.phases
         world, seed = accelerator.num_processes, config.seed
         self.batch_plans = [BatchPlan(self.data.of(p).corpus.blocks("train"), p.batch_size, world, seed, p.index,
@@ -185,33 +184,23 @@ class _Loop:
         self.last_evaluation: tuple[int, dict] = (-1, {})
         self.last_downstream = -1  # the step of the last downstream evaluation
         self.watch = LossWatch(state.recent_losses, config.loss_spike_factor, config.loss_spike_window)
-        self.budget = None if config.budget_minutes is None else Budget(config.budget_minutes, phases,
-                                                                           self.scheduler, state.phase_starts)
         self.nsp = plan.nsp  # the lengths that train NSP; a held-out check may stop it in a phase (nsp_choice.py)
 
     def phase_at(self, step: int) -> Phase:
-        if self.budget is not None:
-            return self.budget.phase_at(step)
-        return next(p for p in self.phases if p.first_step <= step < p.first_step + p.steps)
-
-    def phases_run(self) -> list[Phase]:
-        """The phases as trained (a budget run's as the clock cut them)."""
-        return self.phases if self.budget is None else self.budget.phases_run(self.state.step)
+        return self.schedule.phase_at(step)
 
     def run(self) -> str:
         """Returns why training stopped: ``"max_steps"``, ``"budget"``, ``"max_time"`` or ``"callback"`` (a
         callback's ``should_stop``)."""
         config, state = self.config, self.state
         # A bar on a terminal; in a log file a plain line at each log line instead of a redraw per step.
-        bar = Progress("pretraining", config.max_steps if self.budget is None else None, initial=state.step,
-                       unit=" steps", show=config.progress_bar if self.accelerator.is_local_main_process else False,
+        bar = Progress("pretraining", self.schedule.total_steps, initial=state.step, unit=" steps",
+                       show=config.progress_bar if self.accelerator.is_local_main_process else False,
                        dynamic_ncols=True)
-        limit = None if config.max_time_minutes is None or self.budget else config.max_time_minutes * 60
-        stop = "max_steps"
         self.model.train()
         self.callbacks("on_train_begin", step=state.step, model=self.accelerator.unwrap_model(self.model))
         try:
-            stop = self._train(bar, limit)
+            stop = self._train(bar)
         finally:
             self.read_ahead.close()
         bar.close()
@@ -223,18 +212,13 @@ class _Loop:
             self.checkpoint()
         return stop
 
-    def _train(self, bar, limit: float | None) -> str:
-        config, state = self.config, self.state
-        stop, recent = ("max_steps" if self.budget is None else "budget"), collections.deque([0.0], maxlen=9)
-        while self.budget is not None or state.step < config.max_steps:
-            # A budget run agrees on when this step will end (the clock now plus the median of the last steps'
-            # times), so that its schedule and its stop fall on the budget, not a step after it.
-            clock = self.clock.total() + statistics.median(recent) if self.budget else self.clock.this_run()
-            stats = self.train_step(clock=clock, limit=self.budget.seconds if self.budget else limit)
-            recent.append(stats["seconds"])
+    def _train(self, bar) -> str:
+        state, schedule = self.state, self.schedule
+        while not schedule.done(state.step):
+            stats = self.train_step(clock=schedule.step_clock(self.clock))
             state.step += 1
-            if self.budget is not None and self.budget.follow(stats["clock"], state.step):
-                stats["time_up"] = True
+            schedule.after_step(state.step, stats["clock"], stats["seconds"])  # a budget run's rate and phase
+            time_up = schedule.time_up(stats["clock"])  # every process agrees: the clock is their mean
             state.tokens_seen += int(stats["tokens"])
             for key in STATS:
                 state.since_log[key] += stats[key]
@@ -244,7 +228,7 @@ class _Loop:
             bar.update(1)
             control = TrainingControl()  # what this step's callbacks ask for (DefaultSchedule first)
             self.callbacks("on_step_end", step=state.step, model=self.accelerator.unwrap_model(self.model),
-                           control=control, time_up=stats["time_up"])
+                           control=control, time_up=time_up)
             if control.should_log:
                 bar.note(loss=f"{self.log(control):.3f}", data=f"{self.data_seconds:.3f}s")
             if control.should_evaluate:
@@ -253,15 +237,16 @@ class _Loop:
                 self.accelerator.log(self.downstream(control), step=state.step)
             if control.should_save:
                 self.checkpoint()
-            if self.budget is not None and stats["time_up"]:
+            if schedule.done(state.step):  # the run's course ends it before a callback's stop
                 break
-            if control.should_stop and state.step < config.max_steps:
-                stop = "max_time" if stats["time_up"] else "callback"
-                break
-        return stop
+            if control.should_stop:
+                return "max_time" if time_up else "callback"
+        return schedule.stopped_by
 
-    def train_step(self, clock: float, limit: float | None = None) -> dict[str, float]:
-        """One optimizer step over ``gradient_accumulation_steps`` micro-batches on every process.
+    def train_step(self, clock: float) -> dict[str, float]:
+        """One optimizer step over ``gradient_accumulation_steps`` micro-batches on every process; ``clock``: the
+        seconds this process offers for the step (:meth:`~hfbert.pretrain.schedule.Schedule.step_clock`), whose
+        mean over the processes comes back as ``stats["clock"]``.
 
         The step's MLM loss is the mean over every supervised token of its global batch (all micro-batches on all
         processes), not a mean of per-micro-batch means, so a micro-batch with more masked tokens weighs more and
@@ -273,7 +258,7 @@ class _Loop:
 
         The host reads the device once per step, after the backward passes: one small vector, all-reduced, holds
         what the loop must know before the update and what every process must agree on -- the step's loss (the
-        divergence check keeps a diverged step out of the weights), the agreed clock (the time limit) and which
+        divergence check keeps a diverged step out of the weights), the agreed clock (the schedule's) and which
         processes could not read their rows (a process that could not trains on a stand-in batch, so that its
         collectives meet the others', and every process stops at this read). The step's statistics for the log come
         in the same read. Nothing else waits for the device (on a GPU, a wait keeps the host from queueing the next
@@ -329,7 +314,6 @@ class _Loop:
             raise StoppedByAnotherProcess(f"process {failed[0]} could not read its rows at step {step + 1}")
         stats: dict[str, Any] = dict(zip(STATS, shared))
         stats["clock"] = shared[len(STATS)]
-        stats["time_up"] = limit is not None and stats["clock"] >= limit
         loss = stats["mlm_loss_sum"] / max(stats["mlm_total"], 1.0)
         if self.trains_nsp(phase):
             loss += stats["nsp_loss_sum"] / stats["nsp_total"]
@@ -351,9 +335,7 @@ class _Loop:
     def _keys_from(self, step: int) -> list[tuple[int, int]]:
         """(phase, micro-batch) of the steps read ahead from ``step`` on."""
         keys, accumulation = [], self.config.gradient_accumulation_steps
-        last = step + READ_AHEAD_STEPS if self.budget is not None else min(step + READ_AHEAD_STEPS,
-                                                                             self.config.max_steps)
-        for later in range(step, last):
+        for later in self.schedule.read_ahead(step, READ_AHEAD_STEPS):
             phase = self.phase_at(later)
             first = (later - phase.first_step) * accumulation
             keys += [(phase.index, first + k) for k in range(accumulation)]
@@ -467,7 +449,8 @@ class _Loop:
         phase = self.phase_at(max(self.state.step - 1, 0))
         if not self.trains_nsp(phase) or any(check["phase"] == phase.index for check in self.state.nsp_checks):
             return
-        if self._share_of_phase(phase) < CHECK_SHARE:
+        share = self.schedule.share_of_phase(phase, self.state.step)  # 1.0: no step of it remains
+        if share < CHECK_SHARE:
             return
         labels = torch.cat([batch["next_sentence_label"] for batch in self.data.of(phase).held_out])
         pairs, random_next = labels.numel(), int(labels.sum())
@@ -475,20 +458,11 @@ class _Loop:
                                max(random_next, pairs - random_next) / max(pairs, 1))
         if check is None:  # too few held-out pairs to tell
             return
-        stopped = not (check["learned"] or self.nsp.given) and self._share_of_phase(phase) < 1.0
+        stopped = not (check["learned"] or self.nsp.given) and share < 1.0
         check.update(phase=phase.index, max_seq_length=phase.max_seq_length, step=self.state.step, stopped=stopped)
         self.state.nsp_checks.append(check)
         if not check["learned"]:
             self.accelerator.print(check_note(check, self.nsp.given))
-
-    def _share_of_phase(self, phase: Phase) -> float:
-        """How much of ``phase`` is done: its steps, or a budget run's share of its time (the clock every process
-        agreed on, as the schedule has it)."""
-        if self.budget is None:
-            return (self.state.step - phase.first_step) / max(phase.steps, 1)  # 1.0: no step of it remains
-        ends = [0.0, *[min(end, 1.0) for end in self.budget.ends]]
-        progress = self.scheduler.last_epoch / BUDGET_UNITS  # Budget.follow set it from the agreed clock
-        return (progress - ends[phase.index]) / max(ends[phase.index + 1] - ends[phase.index], 1e-9)
 
     def nsp_record(self) -> dict:
         """What metrics.json and the card say of NSP beyond its scores: the held-out checks, and one line for each

@@ -4,7 +4,8 @@
 
     accelerator -> preflight (fresh, or the checkpoint to resume) -> the --prepared corpora, each opened once
     -> the phases (a one-folder run trains at its length) -> where the model comes from -> the data of each phase
-    (prepared first without --prepared) -> the model -> NSP on or off -> optimizer and schedule -> the state
+    (prepared first without --prepared) -> the model -> NSP on or off -> optimizer and learning-rate schedule
+    -> the state -> the run's schedule (counted in steps, or a time budget)
 
 and returns a :class:`RunPlan`, which the loop (:mod:`~hfbert.pretrain.loop`) reads and never changes but for its
 :class:`LoopState`. Every check that can fail does so here, before the first step, with a :class:`ConfigError`.
@@ -27,13 +28,13 @@ from accelerate.utils import InitProcessGroupKwargs, TorchDynamoPlugin
 
 from ..optim import create_optimizer, linear_warmup_decay, warmup_steps_for
 from .checkpointing import from_main
-from .clock import BUDGET_UNITS
 from .config import ConfigError, Phase, PretrainConfig, native_mixed_precision, resolve_phases
 from .corpora import PREPARED_DIR, TrainingData, check_sources, load_training_data, open_prepared
 from .export import LOG_FILE
 from .model import ORIGIN_FILE, Origin, build_model, find_origin, record_origin
 from .nsp_choice import NspChoice, choose_nsp
 from .recovery import RunStart, clear_for_resume, plan_start, resume_run
+from .schedule import BudgetSchedule, Schedule, StepSchedule
 from .tracking import JsonlTracker, accelerate_trackers
 
 __all__ = ["CONFIG_FILE", "STATS", "SUITE_WAIT", "LoopState", "RunPlan", "make_accelerator", "plan_run", "preflight",
@@ -84,8 +85,9 @@ class RunPlan:
     data: TrainingData  # each phase's corpus, collator and held-out batches: data.of(phase)
     model: torch.nn.Module  # prepared by the accelerator (wrapped for several processes)
     optimizer: Any
-    scheduler: Any  # stepped once per optimizer step by the loop
+    scheduler: Any  # the learning rate, stepped once per optimizer step by the loop (and set by a budget schedule)
     nsp: NspChoice  # which lengths train NSP, and why not
+    schedule: Schedule  # the phase of each step and when the run ends, in steps or by a time budget
     state: LoopState = field(default_factory=LoopState)
 
 
@@ -95,9 +97,9 @@ def plan_run(config: PretrainConfig, model_init=None) -> RunPlan:
     accelerator = make_accelerator(config)
     start = preflight(config, accelerator)  # fresh, or the checkpoint to resume: the same on every process
     opened = open_prepared(config, accelerator)  # each --prepared folder once; None: prepared below
+    kind = StepSchedule if config.budget_minutes is None else BudgetSchedule  # counted in steps or in time
     # One prepared folder trains at its own length; a budget run's phases are shares of its budget (in units).
-    phases = resolve_phases(config, opened and [corpus.max_seq_length for corpus in opened],
-                            BUDGET_UNITS if config.budget_minutes else None)
+    phases = resolve_phases(config, opened and [corpus.max_seq_length for corpus in opened], kind.units(config))
     _start_output_dir(config, accelerator, start)
     lengths = [phase.max_seq_length for phase in phases]
     origin = find_origin(config, accelerator, start.resuming, lengths)  # fresh, pretrained or resumed
@@ -107,14 +109,13 @@ def plan_run(config: PretrainConfig, model_init=None) -> RunPlan:
         _checkpoint_activations(model)
     _record_settings(config, accelerator, start, origin)
     nsp = choose_nsp(config, data, lengths, say=accelerator.print)  # per length, from its training rows
-    optimizer, scheduler = _build_optimizer(config, model)
+    optimizer, scheduler = _build_optimizer(config, model, kind.units(config))
     model, optimizer = accelerator.prepare(model, optimizer)
     # The schedule is stepped by the loop once per optimizer step; accelerate's wrapper would step it per process.
     accelerator.register_for_checkpointing(scheduler)
-    plan = RunPlan(accelerator, start, origin, phases, data, model, optimizer, scheduler, nsp)
-    if start.resuming:
-        plan.state = _resume(start, config, accelerator, model, optimizer, scheduler)
-    return plan
+    state = _resume(start, config, accelerator, model, optimizer, scheduler) if start.resuming else LoopState()
+    schedule = kind.from_config(config, phases, scheduler, state)
+    return RunPlan(accelerator, start, origin, phases, data, model, optimizer, scheduler, nsp, schedule, state)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -220,13 +221,12 @@ def _checkpoint_activations(model) -> None:
     model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
 
 
-def _build_optimizer(config: PretrainConfig, model):
+def _build_optimizer(config: PretrainConfig, model, total: int):
+    """The optimizer and its warm-up-then-decay schedule, ``total`` units long (steps, or a budget's units)."""
     optimizer = create_optimizer(
         model, config.optimizer, lr=config.learning_rate, weight_decay=config.weight_decay,
         betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon,
     )
-    # A budget run counts the schedule in BUDGET_UNITS of its budget, set from the clock after each step.
-    total = config.max_steps if config.budget_minutes is None else BUDGET_UNITS
     warmup = config.warmup_steps if config.warmup_steps is not None else warmup_steps_for(total, config.warmup_ratio)
     return optimizer, linear_warmup_decay(optimizer, warmup, total)
 

@@ -17,8 +17,9 @@ import hfbert.pretrain.clock
 import hfbert.pretrain.loop
 from hfbert.optim import LinearWarmupDecay, warmup_steps_for
 from hfbert.pretrain import PretrainCallback, pretrain
-from hfbert.pretrain.clock import BUDGET_UNITS, Clock
+from hfbert.pretrain.clock import Clock
 from hfbert.pretrain.config import ConfigError, PretrainConfig
+from hfbert.pretrain.schedule import BUDGET_UNITS
 from hfbert.pretrain.tracking import read_jsonl
 
 from helpers.pretraining import KILL_AFTER_CHECKPOINT, launch, run_script, settings, write_config
