@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .checkpointing import from_main
+
 __all__ = ["CHECK_SHARE", "DEGENERATE_NSP", "DETECTABLE", "NSP_COUNT_BLOCKS", "NspChoice", "SIGNIFICANCE",
            "binomial_tail", "check_held_out", "check_note", "choose_nsp", "random_next_share"]
 
@@ -74,17 +76,31 @@ def random_next_share(corpus) -> float | None:
     return random_next / rows
 
 
-def choose_nsp(config, data, lengths: Sequence[int], say: Callable[[str], None] = print) -> NspChoice:
-    """Rule 1 (module docstring): which of ``lengths`` train NSP, from ``config.next_sentence_prediction`` or else
-    each length's training rows (``data``: the run's :class:`~hfbert.pretrain.corpora.TrainingData`); ``say``
-    prints each length turned off, one line. The same on every process and on resume. When every length agrees,
-    ``config.next_sentence_prediction`` is set to the choice (the card and metrics.json show it)."""
+def choose_nsp(config, data, lengths: Sequence[int], say: Callable[[str], None] = print,
+               accelerator=None) -> NspChoice:
+    """Rule 1 (module docstring): which of ``lengths`` train NSP. The same on every process and on resume. When
+    every length agrees, ``config.next_sentence_prediction`` is set to the choice (the card and metrics.json show
+    it).
+
+    Args:
+        config (`PretrainConfig`): the run's settings; ``next_sentence_prediction``, when given, decides.
+        data (`TrainingData`): the run's corpora (:class:`~hfbert.pretrain.corpora.TrainingData`), whose training
+            rows decide otherwise.
+        lengths (`Sequence[int]`): the schedule's sequence lengths.
+        say (`Callable[[str], None]`, *optional*): prints each length turned off, one line.
+        accelerator (`Accelerator`, *optional*): the run's; its main process counts the labels and gives every
+            process the counts (the others read no rows). `None`: this process counts.
+
+    Returns:
+        `NspChoice`: whether each length trains NSP, and why not.
+    """
     lengths = list(dict.fromkeys(lengths))
     if config.next_sentence_prediction is not None:
         return NspChoice(dict.fromkeys(lengths, config.next_sentence_prediction), given=True)
+    count = lambda: [random_next_share(data.by_length[length].corpus) for length in lengths]  # noqa: E731
+    shares = count() if accelerator is None else from_main(accelerator, count)
     choice = NspChoice({}, given=False)
-    for length in lengths:
-        share = random_next_share(data.by_length[length].corpus)
+    for length, share in zip(lengths, shares):
         choice.by_length[length] = share is None or share < DEGENERATE_NSP
         if not choice.by_length[length]:
             where = f" at length {length}" if len(lengths) > 1 else ""

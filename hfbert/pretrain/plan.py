@@ -108,7 +108,7 @@ def plan_run(config: PretrainConfig, model_init=None) -> RunPlan:
     if config.gradient_checkpointing:
         _checkpoint_activations(model)
     _record_settings(config, accelerator, start, origin)
-    nsp = choose_nsp(config, data, lengths, say=accelerator.print)  # per length, from its training rows
+    nsp = choose_nsp(config, data, lengths, say=accelerator.print, accelerator=accelerator)  # from training rows
     optimizer, scheduler = _build_optimizer(config, model, kind.units(config))
     model, optimizer = accelerator.prepare(model, optimizer)
     # The schedule is stepped by the loop once per optimizer step; accelerate's wrapper would step it per process.

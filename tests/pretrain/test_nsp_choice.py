@@ -1,22 +1,25 @@
 """Next sentence prediction where it can be learned (hfbert.pretrain.nsp_choice): a corpus of one-sentence documents
 (every NSP pair takes a random segment B) trains MLM only, says so, and its card says the NSP head was not trained; a
-corpus of real documents trains both; the choice is made per phase from that phase's training rows; NSP whose
-held-out accuracy stays at the majority baseline stops; --next_sentence_prediction overrides the choice either way."""
+corpus of real documents trains both; the choice is made per phase from that phase's training rows (counted by the
+main process alone); NSP whose held-out accuracy stays at the majority baseline stops; --next_sentence_prediction
+overrides the choice either way."""
 
 import gzip
 import json
 import random
+import types
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
+import hfbert.pretrain.checkpointing
 from hfbert.data import PreparedCorpus, prepare_corpus
 from hfbert.pretrain import PretrainCallback, pretrain
 from hfbert.pretrain.config import ConfigError, PretrainConfig
 from hfbert.pretrain.corpora import BUILTIN_CORPUS
-from hfbert.pretrain.nsp_choice import binomial_tail, check_held_out, random_next_share
+from hfbert.pretrain.nsp_choice import binomial_tail, check_held_out, choose_nsp, random_next_share
 
 from helpers.pretraining import TINY_MODEL
 
@@ -166,21 +169,47 @@ def test_only_training_rows_are_counted(chapters, tmp_path):
     assert config.next_sentence_prediction is True
 
 
+class Groups:
+    """A corpus of 200 row groups of 10 rows: an odd one holds 9 random-next pairs, an even one ``even``."""
+
+    def __init__(self, even=8):
+        self.even, self.read = even, 0
+
+    def blocks(self, split):
+        assert split == "train"
+        return np.full(200, 10)
+
+    def read_arrays(self, split, indices):
+        assert split == "train" and len(indices) == 10
+        group = int(indices[0]) // 10
+        self.read += 1
+        return {"next_sentence_label": (np.arange(10) < (9 if group % 2 else self.even)).astype(np.int8)}
+
+
 def test_a_many_group_corpus_is_counted_on_groups_spread_over_it():
-    class Groups:  # 200 row groups of 10 rows: an odd one holds 9 random-next pairs, an even one 8
-        def blocks(self, split):
-            assert split == "train"
-            return np.full(200, 10)
-
-        def read_arrays(self, split, indices):
-            assert split == "train" and len(indices) == 10
-            group = int(indices[0]) // 10
-            self.read = getattr(self, "read", 0) + 1
-            return {"next_sentence_label": (np.arange(10) < (9 if group % 2 else 8)).astype(np.int8)}
-
     groups = Groups()
     assert random_next_share(groups) == pytest.approx(0.85, abs=0.01)
     assert groups.read == 64
+
+
+def test_only_the_main_process_counts_the_labels(monkeypatch):
+    """In a run of two processes the main process reads the labels and sends its choice's counts; the other reads
+    none (given a corpus that would choose otherwise, it still follows the main process)."""
+    sent = []
+
+    def send(accelerator, obj, source):  # the main process's broadcast, in one Python process
+        if accelerator.is_main_process:
+            sent.append(obj)
+        return sent[0]
+
+    monkeypatch.setattr(hfbert.pretrain.checkpointing, "_send", send)
+    processes = [types.SimpleNamespace(is_main_process=rank == 0, num_processes=2) for rank in (0, 1)]
+    corpora = [Groups(even=8), Groups(even=10)]  # 85% random-next: NSP trains; 95%: it would not
+    data = [types.SimpleNamespace(by_length={32: types.SimpleNamespace(corpus=corpus)}) for corpus in corpora]
+    choices = [choose_nsp(PretrainConfig(), data[rank], [32], say=lambda line: None, accelerator=processes[rank])
+               for rank in (0, 1)]
+    assert choices[0] == choices[1] and choices[0].by_length == {32: True}
+    assert [corpus.read for corpus in corpora] == [64, 0]
 
 
 # ----------------------------------------------------------------------------------------------------------------
