@@ -358,12 +358,14 @@ class _Loop:
         return TrainingDivergedError(from_main(self.accelerator, record), step=step)
 
     def log(self, control: TrainingControl | None = None) -> float:
-        """Log the averages over the steps since the last log line; returns the mean loss."""
+        """Log the averages over the steps since the last log line (NSP's where the phase trains it); returns the
+        mean loss."""
         state = self.state
         w, steps = state.since_log, state.since_log_steps
+        trains_nsp = self.trains_nsp(self.phase_at(state.step - 1))
         mlm_loss, nsp_loss = w["mlm_loss_sum"] / max(w["mlm_total"], 1.0), w["nsp_loss_sum"] / max(w["nsp_total"], 1.0)
         values = {
-            "loss": mlm_loss + (nsp_loss if self.trains_nsp(self.phase_at(state.step - 1)) else 0.0),
+            "loss": mlm_loss + (nsp_loss if trains_nsp else 0.0),
             "mlm_loss": mlm_loss,
             "nsp_loss": nsp_loss,
             "mlm_accuracy": w["mlm_correct"] / max(w["mlm_total"], 1.0),
@@ -379,6 +381,8 @@ class _Loop:
             "reader_mib": sum(c.held_bytes for c in self.data.corpora) / 2**20,
             "open_files": sum(c.open_files for c in self.data.corpora),
         }
+        if not trains_nsp:  # no numbers of a task this phase does not train
+            del values["nsp_loss"], values["nsp_accuracy"]
         self.accelerator.log(values, step=state.step)
         self.callbacks("on_log", step=state.step, logs=values, control=control or TrainingControl())
         self.data_seconds = values["data_seconds"]

@@ -145,8 +145,9 @@ def test_nsp_is_decided_per_phase_from_its_own_rows(tmp_path, capsys):
     assert "- Next sentence prediction: off at length 32 (100% of the training pairs" in card
     lines = [json.loads(line) for line in (tmp_path / "run" / "runs" / "metrics.jsonl").read_text().splitlines()]
     for line in (r for r in lines if "mlm_loss" in r and "loss" in r):  # the training loss counts NSP where trained
-        nsp = line["nsp_loss"] if line["max_seq_length"] == 128 else 0.0
-        assert line["loss"] == pytest.approx(line["mlm_loss"] + nsp), line
+        trained = line["max_seq_length"] == 128
+        assert ("nsp_loss" in line, "nsp_accuracy" in line) == (trained, trained), line  # logged only there
+        assert line["loss"] == pytest.approx(line["mlm_loss"] + (line["nsp_loss"] if trained else 0.0)), line
 
 
 @pytest.mark.slow
