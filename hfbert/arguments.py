@@ -30,14 +30,15 @@ import enum
 import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from .settings import UsageError, check_types, fits_type, load_settings_file
 
-__all__ = ["CommandParser", "UsageError", "check_types", "fits_type", "load_settings_file", "run_command"]
+__all__ = ["CommandParser", "UsageError", "check_types", "fits_type", "load_settings_file", "run_command",
+           "settings_from"]
 
 
 def _structured(hint: Any) -> bool:
@@ -283,6 +284,55 @@ def _file_value(path: str, key: str, value: Any, hint: Any) -> Any:
         ok = isinstance(value, (int, float)) if hint is float else isinstance(value, hint)
     if not ok:
         raise UsageError(f"{path}: {key} must be {_KINDS[hint][0]}, got {value!r}")
+    return value
+
+
+def settings_from(dataclass_types: Sequence[type], values: Mapping[str, Any], source: str = "settings") -> tuple:
+    """Instances of ``dataclass_types`` built from a mapping of settings, as :meth:`CommandParser.parse_values` builds
+    them from a ``--config`` file, for callers that hold the values already (no command line).
+
+    Args:
+        dataclass_types: the settings dataclasses; a key goes to every one that has the field (its dashed spelling
+            and its aliases work too).
+        values: setting name -> value, checked against the field's type (a float written as YAML reads it as a
+            string, ``5e-5``, is converted).
+        source: what the values are, for the error message.
+
+    Returns:
+        One instance per dataclass, in order.
+
+    Raises:
+        UsageError: a key no dataclass has, a value of the wrong type, or one that a ``__post_init__`` refuses.
+    """
+    fields = {dtype: {f.name: f for f in dataclasses.fields(dtype) if f.init} for dtype in dataclass_types}
+    spelled = {}
+    for named in fields.values():
+        for name, f in named.items():
+            for alias in [name, *f.metadata.get("aliases", ())]:
+                spelled[alias.lstrip("-").replace("-", "_")] = name
+    given = {spelled.get(str(key).replace("-", "_"), key): value for key, value in values.items()}
+    unknown = sorted(set(given) - set(spelled.values()))
+    if unknown:
+        raise UsageError(f"{source}: unknown setting(s) {unknown}")
+    instances = []
+    for dtype, named in fields.items():
+        hints = typing.get_type_hints(dtype)
+        kwargs = {key: _typed(source, key, value, hints.get(key)) for key, value in given.items() if key in named}
+        try:
+            instances.append(dtype(**kwargs))
+        except UsageError:
+            raise
+        except (TypeError, ValueError) as err:
+            raise UsageError(f"{source}: {err}") from None
+    return tuple(instances)
+
+
+def _typed(source: str, key: str, value: Any, hint: Any) -> Any:
+    """:func:`_file_value`, and an int given for a float field made a float, as the command line reads it."""
+    value = _file_value(source, key, value, hint)
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    if float in args and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
     return value
 
 

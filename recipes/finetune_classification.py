@@ -5,7 +5,7 @@
     python recipes/finetune_classification.py args.yaml        # the same arguments from a JSON/YAML file
 """
 
-from hfbert.recipes.finetune_classification import main
+from hfbert.recipes.finetune_classification import main, run  # noqa: F401  (run: the typed entry point)
 
 if __name__ == "__main__":
     main()

@@ -5,7 +5,7 @@
     python recipes/finetune_multiple_choice.py args.yaml        # the same arguments from a JSON/YAML file
 """
 
-from hfbert.recipes.finetune_multiple_choice import main
+from hfbert.recipes.finetune_multiple_choice import main, run  # noqa: F401  (run: the typed entry point)
 
 if __name__ == "__main__":
     main()

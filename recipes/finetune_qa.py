@@ -5,7 +5,7 @@
     python recipes/finetune_qa.py args.yaml        # the same arguments from a JSON/YAML file
 """
 
-from hfbert.recipes.finetune_qa import main
+from hfbert.recipes.finetune_qa import main, run  # noqa: F401  (run: the typed entry point)
 
 if __name__ == "__main__":
     main()

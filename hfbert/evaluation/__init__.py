@@ -22,7 +22,7 @@ from .run import (
     evaluate_exported,
     evaluation_dir,
     main,
-    recipe_argv,
+    recipe_arguments,
 )
 from .suite_checks import check_suite
 from .suites import (
@@ -42,6 +42,6 @@ __all__ = [
     "METRIC_TYPES", "PLOT_FILE", "RESULTS_FILE", "RESULT_FILE", "SUITE_DIR", "TASK_TYPES", "EvaluateArguments",
     "EvaluationError", "Suite", "SuiteTask", "TaskFiles", "TaskType", "check_settings", "check_suite",
     "eval_results", "evaluate", "evaluate_during_training", "evaluate_exported", "evaluation_dir", "find_suite",
-    "known_metrics", "load_suite", "main", "packaged_suites", "plot_results", "recipe_argv", "results_table",
+    "known_metrics", "load_suite", "main", "packaged_suites", "plot_results", "recipe_arguments", "results_table",
     "summarize", "write_results_card", "write_task_files",
 ]

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..settings import UsageError
+from ..tasks.registry import lower_is_better
 from .suites import SuiteTask
 from .task_files import TaskFiles
 
@@ -48,9 +49,6 @@ PRESETS = {
     "suite": {},
     "stable": {"learning_rates": (1e-4, 3e-4, 1e-3), "warmup_steps": 0.1, "evaluations": 10},
 }
-# Metrics where lower is better (the rate and checkpoint chosen by the smallest).
-_LOWER_IS_BETTER = ("eval_loss", "eval_mse", "eval_mae", "eval_rmse")
-
 
 @dataclass(frozen=True)
 class Protocol:
@@ -177,11 +175,6 @@ def held_out_rows(path: Path) -> list[dict]:
 # Choosing, and what is reported
 
 
-def lower_is_better(metric: str) -> bool:
-    """Whether a smaller ``metric`` is the better score (a loss or an error)."""
-    return metric in _LOWER_IS_BETTER
-
-
 def better(metric: str) -> Callable[[float, float], bool]:
     """``better(metric)(a, b)``: whether score ``a`` beats ``b`` (NaN never does)."""
     lower = lower_is_better(metric)
@@ -201,21 +194,20 @@ def chosen_rate(selection_scores: Mapping[float, Sequence[float]], metric: str) 
 
 
 def constant_score(task: SuiteTask, train_rows: Sequence[Mapping], held_out: Sequence[Mapping]) -> float | None:
-    """What a constant predictor scores on the held-out rows, for the task's first metric: the training rows'
-    majority class for accuracy; 0 for a correlation, MCC or entity F1. None where there is no such floor."""
-    metric = task.metric.removeprefix("eval_")
-    if task.type == "classification" and metric == "accuracy":
-        column = task.columns["label"]
-        counts: dict[str, int] = {}
-        for row in train_rows:
-            counts[str(row[column])] = counts.get(str(row[column]), 0) + 1
-        if not counts or not held_out:
-            return None
-        majority = max(counts, key=counts.get)
-        return sum(str(row[column]) == majority for row in held_out) / len(held_out)
-    if metric in ("pearson", "spearman", "mcc") or (task.type == "ner" and metric == "f1"):
-        return 0.0
-    return None
+    """What a constant predictor scores on the held-out rows, for the task's first metric, as its kind says
+    (:attr:`~hfbert.tasks.registry.TaskKind.floors`): the training rows' majority class for accuracy; 0 for a
+    correlation, MCC or entity F1. None where there is no such floor."""
+    floor = task.kind.floors.get(task.metric.removeprefix("eval_"))
+    if floor != "majority":
+        return floor
+    column = task.columns["label"]
+    counts: dict[str, int] = {}
+    for row in train_rows:
+        counts[str(row[column])] = counts.get(str(row[column]), 0) + 1
+    if not counts or not held_out:
+        return None
+    majority = max(counts, key=counts.get)
+    return sum(str(row[column]) == majority for row in held_out) / len(held_out)
 
 
 def spread(values: Mapping[int, float], floor: float | None = None) -> dict[str, Any]:

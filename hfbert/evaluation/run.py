@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import json
 import math
 import os
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..arguments import CommandParser, run_command
+from ..arguments import CommandParser, run_command, settings_from
 from ..settings import UsageError
 from .protocol import (
     ARMS,
@@ -52,7 +51,7 @@ from .task_files import TaskFiles, data_fingerprint, write_task_files
 
 __all__ = ["PLOT_FILE", "RESULTS_FILE", "RESULT_FILE", "EvaluateArguments", "EvaluationError", "check_settings",
            "command_parser", "evaluate", "evaluate_during_training", "evaluate_exported", "evaluation_dir", "main",
-           "recipe_argv"]
+           "recipe_arguments"]
 
 RESULT_FILE = "result.json"  # one (task, seed) run
 RESULTS_FILE = "results.json"  # the whole evaluation
@@ -308,7 +307,7 @@ def _protocol_task(task: SuiteTask, protocol: Protocol, arm: str, rate: float, s
     preset = PRESETS[protocol.preset]
     if "evaluations" in preset:
         every = max(1, steps // preset["evaluations"])
-        chooses_by = "eval_loss" if task.type == "ner" else task.metric  # NER's Trainer evaluation has only its loss
+        chooses_by = task.metric if task.kind.trainer_scores else "eval_loss"
         training.update({"warmup_steps": preset["warmup_steps"], "eval_strategy": "steps", "eval_steps": every,
                          "save_strategy": "steps", "save_steps": every, "save_total_limit": 1,
                          "load_best_model_at_end": True, "greater_is_better": not lower_is_better(chooses_by),
@@ -324,8 +323,8 @@ def _held_out(result: dict, metric: str) -> float:
 def _row_scores(task: SuiteTask, results: dict, seeds: list[int], held_out: list[dict]):
     """Per-row predictions of both arms on the held-out rows, for the row-level bootstrap: (kind, model, baseline,
     gold), or None where the task's score is not accuracy or Pearson correlation (the seeds alone are resampled)."""
-    kind = {"eval_accuracy": "accuracy", "eval_pearson": "pearson"}.get(task.metric)
-    if kind is None or task.type == "ner":
+    kind = task.metric.removeprefix("eval_")
+    if kind not in task.kind.row_scores:
         return None
     column = task.columns["label"]
     gold = [str(row[column]) if kind == "accuracy" else float(row[column]) for row in held_out]
@@ -364,55 +363,47 @@ def _capped(suite: Suite, max_train: int | None, max_eval: int | None) -> Suite:
                             max_eval_samples=cap(t.max_eval_samples, max_eval)) for t in suite.tasks])
 
 
-def recipe_argv(task: SuiteTask, model: str, data: TaskFiles, run_dir: Path, seed: int) -> list[str]:
-    """The recipe command line of one run."""
-    argv = ["--model_name_or_path", str(model), "--train_file", str(data.train_file),
-            "--validation_file", str(data.validation_file), "--output_dir", str(run_dir), "--seed", str(seed),
-            "--num_train_epochs", str(task.epochs), "--learning_rate", str(task.learning_rate),
-            "--per_device_train_batch_size", str(task.batch_size),
-            "--per_device_eval_batch_size", str(max(task.batch_size, 64)), "--max_seq_length", str(task.max_length),
-            "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", "--logging_strategy", "no"]
-    kind = task.kind
-    for role, column in task.columns.items():
-        argv += [kind.columns[role][0], column]
-    if kind.recipe_task_type:
-        argv += ["--task_type", kind.recipe_task_type]
-    if data.labels:
-        argv += ["--label_list", ",".join(data.labels)]
-    if task.type == "ner":  # windows of long sentences share a quarter of their tokens (the recipe's 32 at 128)
-        argv += ["--doc_stride", str(max(1, min(32, task.max_length // 4)))]
-    for key, value in task.training.items():
-        argv += [f"--{key}", json.dumps(value) if isinstance(value, (dict, list)) else str(value).lower()
-                 if isinstance(value, bool) else str(value)]
-    return argv
+def recipe_arguments(task: SuiteTask, model: str, data: TaskFiles, run_dir: Path, seed: int) -> tuple:
+    """The typed arguments of one run of the task's recipe.
 
+    Args:
+        task: the suite task (its kind names the recipe and its data settings; ``training`` adds to them).
+        model: the model to fine-tune.
+        data: the rows the run reads.
+        run_dir: the run's folder.
+        seed: the fine-tuning seed.
 
-def _recipe(task: SuiteTask):
-    return importlib.import_module(f"hfbert.recipes.{task.kind.recipe}")
+    Returns:
+        ``(ModelArguments, DataArguments, TrainingArguments)`` for the recipe's ``run``.
 
-
-def _check_recipe_settings(task: SuiteTask) -> None:
-    """The task's recipe command line parses: a bad ``training`` option fails now, not after other tasks trained."""
+    Raises:
+        UsageError: naming the task, for a ``training`` option the recipe does not have or a bad value.
+    """
     from transformers import TrainingArguments
 
     from ..tasks.recipe import ModelArguments
 
-    placeholder = TaskFiles(Path("train.jsonl"), Path("validation.jsonl"), 0, 0, "", ["O"] if task.type == "ner"
-                               else None)
-    argv = recipe_argv(task, "model", placeholder, Path("unused"), 0)
-    parser = _QuietParser(task.kind.recipe, [ModelArguments, _recipe(task).DataArguments, TrainingArguments])
+    kind = task.kind
+    values = {"model_name_or_path": str(model), "train_file": str(data.train_file),
+              "validation_file": str(data.validation_file), "max_seq_length": task.max_length,
+              **kind.recipe_settings(task.columns, task.max_length, data.labels),
+              "output_dir": str(run_dir), "seed": seed, "num_train_epochs": task.epochs,
+              "learning_rate": task.learning_rate, "per_device_train_batch_size": task.batch_size,
+              "per_device_eval_batch_size": max(task.batch_size, 64), "save_strategy": "no", "report_to": "none",
+              "disable_tqdm": True, "logging_strategy": "no", **task.training}
     try:
-        parser.parse_values(argv)
+        return settings_from((ModelArguments, kind.recipe_module().DataArguments, TrainingArguments), values,
+                             source=f"the {kind.recipe} recipe")
     except UsageError as err:
         raise UsageError(f"task {task.name!r}: a recipe setting does not parse ({err}); training: "
                          f"{task.training}") from None
 
 
-class _QuietParser(CommandParser):
-    """A recipe's parser whose errors are raised, for the caller to name the task, not printed."""
-
-    def error(self, message: str):
-        raise UsageError(message)
+def _check_recipe_settings(task: SuiteTask) -> None:
+    """The task's recipe arguments build: a bad ``training`` option fails now, not after other tasks trained."""
+    placeholder = TaskFiles(Path("train.jsonl"), Path("validation.jsonl"), 0, 0, "", ["O"] if task.kind.tags
+                            else None)
+    recipe_arguments(task, "model", placeholder, Path("unused"), 0)
 
 
 def _model_fingerprint(model: str) -> dict[str, Any]:
@@ -458,12 +449,12 @@ def _run(task: SuiteTask, seed: int, model: str, data: TaskFiles, run_dir: Path,
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / RESULT_FILE).unlink(missing_ok=True)
     log = run_dir / "recipe.log"
-    argv = recipe_argv(task, model, data, run_dir, seed)
+    arguments = recipe_arguments(task, model, data, run_dir, seed)
     start = time.perf_counter()
     with log.open("w", encoding="utf-8") as stream, redirect_stdout(stream), redirect_stderr(stream):
-        print("recipe arguments:", json.dumps(argv))
+        print("recipe arguments:", *arguments, sep="\n")
         try:
-            metrics = _recipe(task).main(argv)
+            metrics = task.kind.recipe_module().run(*arguments)
         except (Exception, SystemExit) as err:
             traceback.print_exc(file=stream)
             failed = err

@@ -76,7 +76,7 @@ def _check_values(task: SuiteTask, where: str, row: dict) -> None:
         value = row.get(column)
         if role in ("tokens", "tags"):
             ok, need = isinstance(value, list) and all(isinstance(v, str) for v in value), "a list of strings"
-        elif role == "label" and task.type == "regression":
+        elif role == "label" and task.kind.problem_type == "regression":
             ok, need = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
         elif role == "label":
             ok, need = isinstance(value, (str, int)) and not isinstance(value, bool), "a label (a string or an int)"

@@ -7,7 +7,7 @@ and the fine-tuning settings::
     defaults: {epochs: 3, learning_rate: 5.0e-5, batch_size: 32, max_length: 128}
     tasks:
       - name: sentiment
-        type: classification                 # classification, regression or ner
+        type: classification                 # classification, regression or ner (hfbert.tasks.registry)
         file: en_vader_movieReviewSnippets.jsonl
         validation_rows: 1000                # held out from `file` (shuffled with split_seed)
         columns: {text: sentence, label: label}
@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from ..settings import UsageError
+from ..tasks.registry import KINDS, TaskKind
 
 __all__ = ["SUITE_DIR", "TASK_TYPES", "Suite", "SuiteTask", "TaskType", "find_suite", "known_metrics", "load_suite",
            "packaged_suites"]
@@ -45,26 +46,10 @@ __all__ = ["SUITE_DIR", "TASK_TYPES", "Suite", "SuiteTask", "TaskType", "find_su
 SUITE_DIR = Path(__file__).resolve().parent / "suites"
 
 
-@dataclass(frozen=True)
-class TaskType:
-    """What a suite task type runs: the recipe (a module of :mod:`hfbert.recipes`), its column options (role ->
-    (recipe option, required)), the recipe's ``--task_type`` if any, and the Hub's task name for model-index."""
-
-    recipe: str
-    columns: dict[str, tuple[str, bool]]
-    hub_task: str
-    recipe_task_type: str | None = None
-
-
-_SENTENCES = {"text": ("--text_column", True), "text_pair": ("--text_pair_column", False),
-              "label": ("--label_column", True)}
-TASK_TYPES: dict[str, TaskType] = {
-    "classification": TaskType("finetune_classification", _SENTENCES, "text-classification",
-                               "single_label_classification"),
-    "regression": TaskType("finetune_classification", _SENTENCES, "text-classification", "regression"),
-    "ner": TaskType("finetune_ner", {"tokens": ("--tokens_column", True), "tags": ("--tags_column", True)},
-                    "token-classification"),
-}
+#: A suite task's type: a task kind (hfbert.tasks.registry), by the older name.
+TaskType = TaskKind
+#: The task types a suite may name: the task kinds with suite columns.
+TASK_TYPES: dict[str, TaskKind] = {name: kind for name, kind in KINDS.items() if kind.columns}
 
 
 @dataclass(frozen=True)
@@ -101,7 +86,8 @@ class SuiteTask:
         return self.metrics[0]
 
     @property
-    def kind(self) -> TaskType:
+    def kind(self) -> TaskKind:
+        """The task's kind (:data:`hfbert.tasks.registry.KINDS`): what it trains, runs and scores."""
         return TASK_TYPES[self.type]
 
     def settings(self) -> dict[str, Any]:
@@ -199,7 +185,7 @@ def _task(values: dict[str, Any], number: int) -> SuiteTask:
         raise bad("columns", f"need {missing} for a {values['type']} task")
     known = known_metrics(values["type"])
     for metric in values["metrics"]:
-        if metric not in known and not (values["type"] == "ner" and metric.startswith("eval_")
+        if metric not in known and not (kind.per_label_scores and metric.startswith("eval_")
                                         and metric.endswith("_f1")):  # per entity type: eval_person_f1
             raise bad("metric", f"{metric!r} is not a score the {kind.recipe} recipe reports for {values['type']}; "
                                 f"known: {sorted(known)}")
@@ -268,16 +254,5 @@ def _check_location(values: dict[str, Any], bad) -> None:
 @functools.cache
 def known_metrics(task_type: str) -> frozenset[str]:
     """The ``eval_*`` scores the recipe reports for ``task_type``: the keys its metric function returns on a tiny
-    probe (so the list follows the metric functions), and the loss."""
-    import numpy as np
-
-    from ..tasks import classification_metrics, entity_scores
-
-    if task_type == "ner":
-        scores = entity_scores([["B-X", "O"]], [["B-X", "O"]])
-    elif task_type == "regression":
-        scores = classification_metrics(np.array([0.1, 0.5, 0.9]), np.array([0.0, 0.6, 1.0]), "regression")
-    else:
-        scores = classification_metrics(np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]), np.array([0, 1, 1]),
-                                        "single_label_classification")
-    return frozenset({"eval_loss"} | {f"eval_{key}" for key in scores})
+    probe (so the list follows the metric functions), and the loss (:meth:`~hfbert.tasks.registry.TaskKind.scores`)."""
+    return TASK_TYPES[task_type].scores()

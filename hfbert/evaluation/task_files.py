@@ -27,7 +27,7 @@ class TaskFiles:
     train_rows: int
     validation_rows: int
     source: str  # where the rows came from, in words
-    labels: list[str] | None = None  # NER: every tag of both splits, "O" first
+    labels: list[str] | None = None  # a kind with tags (NER): every tag of both splits, "O" first
 
 
 def write_task_files(task: SuiteTask, suite: Suite, data_dir, folder: Path) -> TaskFiles:
@@ -43,20 +43,21 @@ def write_task_files(task: SuiteTask, suite: Suite, data_dir, folder: Path) -> T
         splits, source = _load_splits(task, suite, data_dir)
     folder.mkdir(parents=True, exist_ok=True)
     columns = list(dict.fromkeys(task.columns.values()))
+    tags = task.columns[task.kind.tags] if task.kind.tags else None
     rows = {}
     for split, limit in (("train", task.max_train_samples), ("validation", task.max_eval_samples)):
         ds = splits[split].select_columns(columns)
         if limit is not None:
             ds = ds.select(range(min(limit, len(ds))))
-        if task.type == "ner":
-            ds = _tag_names(ds, task.columns["tags"])
+        if tags:
+            ds = _tag_names(ds, tags)
         _write_jsonl(ds, folder / f"{split}.jsonl")
         rows[split] = ds
     labels = None
-    if task.type == "ner":  # from both splits: a tag seen only in the validation rows is still a label
+    if tags:  # from both splits: a tag seen only in the validation rows is still a label
         from ..tasks import build_label_list
 
-        labels = build_label_list([*rows["train"][task.columns["tags"]], *rows["validation"][task.columns["tags"]]])
+        labels = build_label_list([*rows["train"][tags], *rows["validation"][tags]])
     done = {"key": key, "train_rows": len(rows["train"]), "validation_rows": len(rows["validation"]),
             "source": source, "labels": labels}
     from ..data.shards import write_atomically  # with the data builder (datasets): not for reading a suite

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-NAMES = ("classification", "regression", "entities", "squad", "squad_v2")
 _HERE = Path(__file__).resolve().parent
+#: The metrics: every ``<name>/<name>.py`` script of this folder (the task kinds name theirs: hfbert.tasks.registry).
+NAMES = tuple(sorted(p.name for p in _HERE.iterdir() if (p / f"{p.name}.py").is_file()))
 
 
 def path(name: str) -> str:

@@ -56,7 +56,21 @@ def infer_task_type(values) -> str:
 
 
 def main(argv=None) -> dict:
-    model_args, data_args, training_args = parse_args((ModelArguments, DataArguments, TrainingArguments), argv)
+    """The recipe from the command line (or ``argv``): its options parsed into the arguments of :func:`run`."""
+    return run(*parse_args((ModelArguments, DataArguments, TrainingArguments), argv))
+
+
+def run(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> dict:
+    """Fine-tune for sentence (pair) classification, regression or multi-label classification, then evaluate and save the run's folder (``training_args.output_dir``).
+
+    Args:
+        model_args: the model to fine-tune.
+        data_args: the data and how it is read.
+        training_args: transformers' ``Trainer`` settings.
+
+    Returns:
+        The run's metrics (``train_*``, ``eval_*``, ``test_*``), as written to ``all_results.json``.
+    """
     set_seed(training_args.seed)
     raw = data_args.load()
     columns = [data_args.text_column, data_args.text_pair_column, data_args.label_column]

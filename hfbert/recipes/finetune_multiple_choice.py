@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from transformers import DataCollatorForMultipleChoice, TrainingArguments, set_seed
 
-from ..tasks import CardKeepingTrainer, check_columns
+from ..tasks import CardKeepingTrainer, check_columns, classification_metrics
 from ..settings import setting
 from ..tasks.recipe import DataFiles, ModelArguments, finish_run, note, parse_args, wants_training, write_jsonl
 
@@ -35,7 +35,21 @@ class DataArguments(DataFiles):
 
 
 def main(argv=None) -> dict:
-    model_args, data_args, training_args = parse_args((ModelArguments, DataArguments, TrainingArguments), argv)
+    """The recipe from the command line (or ``argv``): its options parsed into the arguments of :func:`run`."""
+    return run(*parse_args((ModelArguments, DataArguments, TrainingArguments), argv))
+
+
+def run(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> dict:
+    """Fine-tune for multiple choice, then evaluate and save the run's folder (``training_args.output_dir``).
+
+    Args:
+        model_args: the model to fine-tune.
+        data_args: the data and how it is read.
+        training_args: transformers' ``Trainer`` settings.
+
+    Returns:
+        The run's metrics (``train_*``, ``eval_*``, ``test_*``), as written to ``all_results.json``.
+    """
     set_seed(training_args.seed)
     raw = data_args.load()
     choice_columns = data_args.choice_columns.split(",") if data_args.choice_columns else []
@@ -78,7 +92,7 @@ def main(argv=None) -> dict:
     trainer = CardKeepingTrainer(
         model=model, args=training_args, train_dataset=data["train"], eval_dataset=data.get("validation"),
         processing_class=tokenizer, data_collator=DataCollatorForMultipleChoice(tokenizer),
-        compute_metrics=lambda p: {"accuracy": float((np.argmax(p.predictions, -1) == p.label_ids).mean())},
+        compute_metrics=_accuracy,
     )
     metrics: dict = {}
     if wants_training(training_args):
@@ -95,6 +109,12 @@ def main(argv=None) -> dict:
                           "eval": f"{data_args.validation_file} ({len(data.get('validation', []))} rows)"},
     )
     return metrics
+
+
+def _accuracy(prediction) -> dict[str, float]:
+    """The right choice is one class of k: the classification metric's accuracy (SWAG's score)."""
+    scores = classification_metrics(prediction.predictions, prediction.label_ids, "single_label_classification")
+    return {"accuracy": scores["accuracy"]}
 
 
 if __name__ == "__main__":

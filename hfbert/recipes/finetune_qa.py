@@ -49,7 +49,21 @@ class DataArguments:
 
 
 def main(argv=None) -> dict:
-    model_args, data_args, training_args = parse_args((ModelArguments, DataArguments, TrainingArguments), argv)
+    """The recipe from the command line (or ``argv``): its options parsed into the arguments of :func:`run`."""
+    return run(*parse_args((ModelArguments, DataArguments, TrainingArguments), argv))
+
+
+def run(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> dict:
+    """Fine-tune for extractive question answering, then evaluate and save the run's folder (``training_args.output_dir``).
+
+    Args:
+        model_args: the model to fine-tune.
+        data_args: the data and how it is read.
+        training_args: transformers' ``Trainer`` settings.
+
+    Returns:
+        The run's metrics (``train_*``, ``eval_*``, ``test_*``), as written to ``all_results.json``.
+    """
     set_seed(training_args.seed)
     if data_args.train_file is None and data_args.validation_file is None:
         raise ValueError("give --train_file and/or --validation_file")

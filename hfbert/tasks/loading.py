@@ -21,16 +21,10 @@ from ..configuration_hfbert import HfBertConfig
 from ..google_checkpoint import is_google_folder
 from ..model_source import load_pretrained, locate, source_config, source_tokenizer
 from ..tokenization import bert_tokenizer_from_vocab
+from .registry import MODEL_HEADS, head_classes
 
-# task -> (hfbert class, transformers class)
-TASK_CLASSES = {
-    "sequence-classification": ("HfBertForSequenceClassification", "BertForSequenceClassification"),
-    "token-classification": ("HfBertForTokenClassification", "BertForTokenClassification"),
-    "question-answering": ("HfBertForQuestionAnswering", "BertForQuestionAnswering"),
-    "multiple-choice": ("HfBertForMultipleChoice", "BertForMultipleChoice"),
-    "masked-lm": ("HfBertForMaskedLM", "BertForMaskedLM"),
-    "base": ("HfBertModel", "BertModel"),
-}
+#: load_model's task -> (hfbert class, transformers class), from the heads of the task kinds (hfbert.tasks.registry).
+TASK_CLASSES = {head: head_classes(head)[:2] for head in MODEL_HEADS}
 MODEL_FAMILIES = ("hfbert", "transformers")
 logger = logging.getLogger(__name__)
 _BUILDERS = {".csv": ("csv", {}), ".tsv": ("csv", {"delimiter": "\t"}), ".json": ("json", {}), ".jsonl": ("json", {})}
