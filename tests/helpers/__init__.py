@@ -7,4 +7,5 @@ that tests of more than one folder use. Fixtures live in the conftest.py files; 
   clients.
 - ``flaky_filesystem``: an fsspec filesystem (``flaky://``) whose shard reads hang, fail or come back short.
 - ``bert_reference_tokenizer``: a pure-Python BERT tokenizer, the oracle of the tokenization tests.
+- ``evaluation``: the words of the ``hfbert evaluate`` tests' tiny data, and the record of the recipe runs.
 """

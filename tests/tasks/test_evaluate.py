@@ -18,13 +18,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 from huggingface_hub import ModelCard, hf_hub_download
 
-import hfbert
-import hfbert.recipes.finetune_classification
-import hfbert.recipes.finetune_ner
 from hfbert.cli import main
 from hfbert.evaluation import (
     RESULT_FILE,
@@ -39,15 +35,11 @@ from hfbert.hub import push_to_hub
 from hfbert.pretrain import main as pretrain_main
 from hfbert.pretrain.config import ConfigError, PretrainConfig
 from hfbert.pretrain.tracking import read_jsonl
-from hfbert.tokenization import SPECIAL_TOKENS, bert_tokenizer_from_vocab
 
+from helpers.evaluation import FILLER, NEG, PEOPLE, PLACES, POS, RecipeRuns
 from helpers.hub_server import allow_hub_calls, start_hub
 from helpers.pretraining import assert_same_weights, settings
 
-POS, NEG = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "dull"]
-FILLER = ["the", "movie", "was", "plot", "and", "it", "met", "in", "really", "quite"]
-PEOPLE, PLACES = ["alice", "bob", "carol"], ["paris", "london", "rome"]
-CARD = "---\nlicense: apache-2.0\nlibrary_name: transformers\ntags:\n- hfbert\n---\n\n# tiny\n\nA tiny test model.\n"
 TASK = {"epochs": 1, "learning_rate": 1.0e-3, "batch_size": 8, "max_length": 32}
 
 
@@ -84,22 +76,6 @@ def _tagged(rng, n):
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    """A tiny pretrained-model folder, as hfbert pretrain leaves one: weights, tokenizer, a card."""
-    folder = tmp_path_factory.mktemp("model") / "tiny-bert"
-    folder.mkdir()
-    words = sorted({*POS, *NEG, *FILLER, *PEOPLE, *PLACES, "sentence", "a", "b"})
-    (folder / "vocab.txt").write_text("\n".join([*SPECIAL_TOKENS, *words]) + "\n")
-    bert_tokenizer_from_vocab(folder / "vocab.txt").save_pretrained(folder)
-    torch.manual_seed(0)
-    config = hfbert.HfBertConfig(vocab_size=len(SPECIAL_TOKENS) + len(words), hidden_size=32, num_hidden_layers=2,
-                                 num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
-    hfbert.HfBertForPreTraining(config).save_pretrained(folder)
-    (folder / "README.md").write_text(CARD)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def suite_file(tmp_path_factory) -> Path:
     """Two tasks over local files: one file split by validation_rows, and separate train/validation files."""
     folder = tmp_path_factory.mktemp("suite")
@@ -118,22 +94,6 @@ def suite_file(tmp_path_factory) -> Path:
     return path
 
 
-class Trainings:
-    """Counts the recipe runs, by wrapping each recipe's entry point."""
-
-    def __init__(self, monkeypatch):
-        self.runs: list[tuple[str, str]] = []
-        for module in (hfbert.recipes.finetune_classification, hfbert.recipes.finetune_ner):
-            monkeypatch.setattr(module, "main", self._counted(module.main))
-
-    def _counted(self, recipe):
-        def run(argv):
-            self.runs.append((argv[argv.index("--output_dir") + 1].split("/")[-2],
-                              argv[argv.index("--seed") + 1]))
-            return recipe(argv)
-        return run
-
-
 @pytest.fixture(scope="module")
 def evaluated(model_dir, suite_file, tmp_path_factory):
     """``hfbert evaluate MODEL --suite tiny.yaml --seeds 1 2 --write_card`` on a copy of the model folder."""
@@ -141,12 +101,35 @@ def evaluated(model_dir, suite_file, tmp_path_factory):
     shutil.copytree(model_dir, model)
     out = tmp_path_factory.mktemp("evaluation") / "out"
     with pytest.MonkeyPatch.context() as mp:
-        trainings = Trainings(mp)
+        trainings = RecipeRuns(mp)
         code = main(["evaluate", str(model), "--suite", str(suite_file), "--seeds", "1", "2", "--output_dir",
                      str(out), "--write_card", "--progress_bar", "false"])
     assert code == 0
     summary = json.loads((out / "results.json").read_text())
-    return {"model": model, "out": out, "runs": trainings.runs, "summary": summary}
+    return {"model": model, "out": out, "runs": trainings.runs, "calls": trainings.calls, "summary": summary}
+
+
+def test_evaluate_calls_each_recipe_run_with_typed_arguments(evaluated):
+    """Every run is its recipe's ``run`` given dataclasses (a call of the recipe's ``main`` fails the run): the
+    task's columns, its kind's problem type, labels and windows, and the suite's settings, each in its typed field."""
+    from transformers import TrainingArguments
+
+    from hfbert.recipes import finetune_classification, finetune_ner
+    from hfbert.tasks.recipe import ModelArguments
+
+    calls = {(Path(t.output_dir).parent.name, t.seed): (m, d, t) for m, d, t in evaluated["calls"]}
+    assert sorted(calls) == [("people", 1), ("people", 2), ("polarity", 1), ("polarity", 2)]
+    model, data, training = calls["polarity", 1]
+    assert type(model) is ModelArguments and model.model_name_or_path == str(evaluated["model"])
+    assert type(data) is finetune_classification.DataArguments and type(training) is TrainingArguments
+    assert (data.text_column, data.label_column, data.task_type) == ("sentence", "label", "single_label_classification")
+    assert (training.learning_rate, training.num_train_epochs, training.per_device_train_batch_size) == (1e-3, 1.0, 8)
+    assert training.per_device_eval_batch_size == 64 and training.save_strategy == "no" and data.max_seq_length == 32
+    _, data, training = calls["people", 2]
+    assert type(data) is finetune_ner.DataArguments and training.seed == 2
+    assert (data.tokens_column, data.tags_column, data.doc_stride) == ("tokens", "ner_tags", 8)  # a quarter of 32
+    labels = data.label_list.split(",")
+    assert labels[0] == "O" and sorted(labels) == ["B-LOC", "B-PER", "O"]
 
 
 @pytest.mark.slow
@@ -179,7 +162,7 @@ def test_resume_runs_only_what_is_missing_or_incomplete(evaluated, monkeypatch):
     out = evaluated["out"]
     before = json.loads((out / "results.json").read_text())
     (out / "runs" / "people" / "seed-2" / RESULT_FILE).unlink()  # killed before its result was written
-    trainings = Trainings(monkeypatch)
+    trainings = RecipeRuns(monkeypatch)
     summary = evaluate(str(evaluated["model"]), load_suite(before["suite_file"]), seeds=[1, 2], output_dir=out,
                        resume=True, progress=False)
     assert trainings.runs == [("people", "2")]
@@ -212,7 +195,7 @@ def test_a_killed_evaluation_resumes_with_the_runs_it_had_not_finished(model_dir
                 for path in out.glob(f"runs/*/seed-*/{RESULT_FILE}")}
     assert len(finished) == 1 and not (out / "results.json").exists()
     kept = {run: (out / "runs" / run[0] / f"seed-{run[1]}" / RESULT_FILE).read_bytes() for run in finished}
-    trainings = Trainings(monkeypatch)
+    trainings = RecipeRuns(monkeypatch)
     assert main(["evaluate", str(model_dir), "--suite", str(suite_file), "--seeds", "1", "2", "--output_dir",
                  str(out), "--resume", "--progress_bar", "false"]) == 0
     every = {("polarity", "1"), ("polarity", "2"), ("people", "1"), ("people", "2")}
@@ -279,7 +262,7 @@ BAD = {
 def test_a_bad_suite_stops_before_any_training_in_one_line(case, model_dir, suite_file, tmp_path, monkeypatch,
                                                            capsys):
     change, message = BAD[case]
-    trainings = Trainings(monkeypatch)
+    trainings = RecipeRuns(monkeypatch)
     code = main(["evaluate", str(model_dir), "--suite", str(_bad_suite(suite_file, tmp_path, change)), "--output_dir",
                  str(tmp_path / "out"), "--progress_bar", "false"])
     err = capsys.readouterr().err
@@ -344,7 +327,7 @@ def test_the_glue_suite_checks_against_glue_columns_and_runs_from_a_local_copy(m
                                          r"text, label, idx\)"):
         check_settings("glue", tmp_path / "data")
 
-    trainings = Trainings(monkeypatch)
+    trainings = RecipeRuns(monkeypatch)
     summary = evaluate(str(model_dir), "glue", data_dir=tmp_path / "data", tasks=["stsb"], seeds=[1],
                        output_dir=tmp_path / "out", progress=False, max_train_samples=16)
     assert trainings.runs == [("stsb", "1")]

@@ -13,8 +13,6 @@ import pytest
 import torch
 import yaml
 
-import hfbert
-import hfbert.recipes.finetune_classification as classification_recipe
 from hfbert.cli import main
 from hfbert.evaluation import evaluate
 from hfbert.evaluation.protocol import (
@@ -28,25 +26,9 @@ from hfbert.evaluation.protocol import (
 from hfbert.evaluation.suites import SuiteTask
 from hfbert.settings import UsageError
 from hfbert.tasks.loading import load_model, reinitialize
-from hfbert.tokenization import SPECIAL_TOKENS, bert_tokenizer_from_vocab
 
-POS, NEG = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "dull"]
-FILLER = ["the", "movie", "was", "plot", "and", "it", "met", "in", "really", "quite"]
+from helpers.evaluation import FILLER, NEG, POS, RecipeRuns
 
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    """A tiny pretrained-model folder: weights, tokenizer."""
-    folder = tmp_path_factory.mktemp("model") / "tiny-bert"
-    folder.mkdir()
-    words = sorted({*POS, *NEG, *FILLER})
-    (folder / "vocab.txt").write_text("\n".join([*SPECIAL_TOKENS, *words]) + "\n")
-    bert_tokenizer_from_vocab(folder / "vocab.txt").save_pretrained(folder)
-    torch.manual_seed(0)
-    config = hfbert.HfBertConfig(vocab_size=len(SPECIAL_TOKENS) + len(words), hidden_size=32, num_hidden_layers=2,
-                                 num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
-    hfbert.HfBertForPreTraining(config).save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -70,53 +52,35 @@ def suite_file(tmp_path_factory) -> Path:
     return path
 
 
-class Recorded:
-    """Every recipe run's arguments, by wrapping the classification recipe's entry point."""
-
-    def __init__(self, monkeypatch):
-        self.argvs: list[list[str]] = []
-        recipe = classification_recipe.main
-
-        def run(argv):
-            self.argvs.append(list(argv))
-            return recipe(argv)
-
-        monkeypatch.setattr(classification_recipe, "main", run)
-
-    @staticmethod
-    def value(argv, option):
-        return argv[len(argv) - 1 - argv[::-1].index(option) + 1]  # the last occurrence wins, as in the parser
-
-
 @pytest.fixture(scope="module")
 def protocol_run(model_dir, suite_file, tmp_path_factory):
     """Two rates, two label budgets, a baseline, seeds 1 and 2, a fixed step budget."""
     out = tmp_path_factory.mktemp("protocol") / "out"
     with pytest.MonkeyPatch.context() as mp:
-        recorded = Recorded(mp)
+        recorded = RecipeRuns(mp)
         code = main(["evaluate", str(model_dir), "--suite", str(suite_file), "--seeds", "1", "2", "--output_dir",
                      str(out), "--learning_rates", "1e-4", "3e-3", "--train_sizes", "8", "full", "--max_steps", "6",
                      "--selection_rows", "12", "--baseline", "--progress_bar", "false"])
     assert code == 0
-    return {"out": out, "argvs": recorded.argvs, "summary": json.loads((out / "results.json").read_text())}
+    return {"out": out, "calls": recorded.calls, "summary": json.loads((out / "results.json").read_text())}
 
 
 @pytest.mark.slow
 def test_the_rate_is_chosen_on_the_selection_split_and_never_on_the_reported_one(protocol_run):
-    out, argvs = protocol_run["out"], protocol_run["argvs"]
+    out, calls = protocol_run["out"], protocol_run["calls"]
     selection = out / "data" / "polarity" / "protocol" / "selection.jsonl"
     held_out = out / "data" / "polarity" / "validation.jsonl"
-    for argv in argvs:  # every run: chooses on the selection rows, reports on the held-out ones
-        assert Path(Recorded.value(argv, "--validation_file")) == selection
-        assert Path(Recorded.value(argv, "--test_file")) == held_out
+    for _, data, _ in calls:  # every run: chooses on the selection rows, reports on the held-out ones
+        assert Path(data.validation_file) == selection
+        assert Path(data.test_file) == held_out
     # the selection rows and the pool the budgets draw from split the training rows between them (rows may repeat
     # in this tiny suite, so they are counted, not compared as sets); every run trains on pool rows only
     lines = lambda path: Counter(Path(path).read_text().splitlines())  # noqa: E731
     pool = out / "data" / "polarity" / "protocol" / "pool.jsonl"
     assert sum(lines(selection).values()) == 12
     assert lines(selection) + lines(pool) == lines(out / "data" / "polarity" / "train.jsonl")
-    for argv in argvs:
-        assert not lines(Recorded.value(argv, "--train_file")) - lines(pool)
+    for _, data, _ in calls:
+        assert not lines(data.train_file) - lines(pool)
     # the chosen rate is the one that scores best on the selection rows
     task = protocol_run["summary"]["protocol"]["tasks"]["polarity"]
     for entry in task["sizes"].values():
@@ -144,25 +108,25 @@ def test_a_rate_is_chosen_by_the_selection_score_and_ties_keep_the_first():
 
 
 def test_every_label_budget_runs_the_same_steps_on_its_own_rows_per_seed(protocol_run):
-    argvs = protocol_run["argvs"]
-    assert {Recorded.value(a, "--max_steps") for a in argvs} == {"6"}
-    small = {Recorded.value(a, "--train_file") for a in argvs if "size-8" in Recorded.value(a, "--output_dir")}
+    calls = protocol_run["calls"]
+    assert {training.max_steps for _, _, training in calls} == {6}
+    small = {data.train_file for _, data, training in calls if "size-8" in training.output_dir}
     assert len(small) == 2  # one draw per seed, shared by the model and the baseline
     for path in small:
         assert len(Path(path).read_text().splitlines()) == 8
     entry = protocol_run["summary"]["protocol"]["tasks"]["polarity"]["sizes"]
     assert entry["8"]["rows"] == 8 and entry["full"]["rows"] == 80 - 16 - 12
     # 2 arms x 2 sizes x (2 rates x 2 seeds)
-    assert len(argvs) == 16
+    assert len(calls) == 16
 
 
 def test_the_baseline_is_the_same_architecture_and_tokenizer_with_fresh_weights(protocol_run, model_dir):
-    argvs = protocol_run["argvs"]
-    baseline = [a for a in argvs if "/baseline/" in Recorded.value(a, "--output_dir")]
-    model = [a for a in argvs if "/model/" in Recorded.value(a, "--output_dir")]
-    assert baseline and all(Recorded.value(a, "--from_scratch") == "true" for a in baseline)
-    assert all("--from_scratch" not in a for a in model)
-    assert {Recorded.value(a, "--model_name_or_path") for a in baseline} == {str(model_dir)}
+    calls = protocol_run["calls"]
+    baseline = [(m, t) for m, _, t in calls if "/baseline/" in t.output_dir]
+    model = [(m, t) for m, _, t in calls if "/model/" in t.output_dir]
+    assert baseline and all(m.from_scratch is True for m, _ in baseline)
+    assert model and not any(m.from_scratch for m, _ in model)
+    assert {m.model_name_or_path for m, _ in baseline} == {str(model_dir)}
     # what --from_scratch loads: the model's config, fresh weights (different for another seed), its vocabulary
     pretrained = load_model("sequence-classification", model_name_or_path=str(model_dir), num_labels=2)
     torch.manual_seed(1)
@@ -176,7 +140,7 @@ def test_the_baseline_is_the_same_architecture_and_tokenizer_with_fresh_weights(
     assert not torch.equal(fresh.state_dict()[name], pretrained.state_dict()[name])
     assert not torch.equal(fresh.state_dict()[name], other.state_dict()[name])
     assert fresh.state_dict()[name].std().item() == pytest.approx(0.02, rel=0.25)  # the model's own initialiser
-    run = Path(Recorded.value(baseline[0], "--output_dir"))
+    run = Path(baseline[0][1].output_dir)
     assert (run / "vocab.txt").read_text() == (model_dir / "vocab.txt").read_text()
 
 
