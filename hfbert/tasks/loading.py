@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-import torch
 import transformers
 from transformers import AutoTokenizer
 
@@ -128,9 +127,18 @@ def load_model(
 
 
 def reinitialize(model, *, pooler: bool = False, top_layers: int = 0) -> list[str]:
-    """Draw the pooler and/or the top ``top_layers`` encoder layers of ``model`` (an hfbert or transformers BERT
-    task model) afresh with the original's initialiser (truncated normal, std ``initializer_range``), before fine-tuning (Zhang et al. 2021, "Revisiting
-    few-sample BERT fine-tuning"). Returns the names of the modules re-drawn."""
+    """Draw the pooler and/or the top ``top_layers`` encoder layers of ``model`` afresh with the model's own
+    initialiser, before fine-tuning (Zhang et al. 2021, "Revisiting few-sample BERT fine-tuning").
+
+    Args:
+        model: an hfbert or transformers BERT task model. hfbert's draws Google's initialiser (truncated normal, std
+            ``initializer_range``, cut at two std), transformers' a plain normal; biases zero, LayerNorm 1 and 0.
+        pooler: re-draw the pooler.
+        top_layers: re-draw this many encoder layers, from the top.
+
+    Returns:
+        The names of the modules re-drawn (``encoder.layer.N``, ``pooler``).
+    """
     encoder = model.base_model
     layers = encoder.encoder.layer
     if top_layers > len(layers):
@@ -140,14 +148,10 @@ def reinitialize(model, *, pooler: bool = False, top_layers: int = 0) -> list[st
         if getattr(encoder, "pooler", None) is None:
             raise ValueError("the model has no pooler to re-draw")
         modules["pooler"] = encoder.pooler
-    std = model.config.initializer_range
     for module in modules.values():
-        for part in module.modules():  # Google's create_initializer, as the model's own _init_weights
-            if isinstance(part, torch.nn.Linear):
-                torch.nn.init.trunc_normal_(part.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
-                if part.bias is not None:
-                    torch.nn.init.zeros_(part.bias)
-            elif isinstance(part, torch.nn.LayerNorm):
-                torch.nn.init.ones_(part.weight)
-                torch.nn.init.zeros_(part.bias)
+        for part in module.modules():
+            # transformers' init functions skip a tensor marked initialised (as loading marks every weight)
+            for tensor in part.parameters(recurse=False):
+                tensor._is_hf_initialized = False
+            model._init_weights(part)
     return list(modules)

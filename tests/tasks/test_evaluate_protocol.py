@@ -202,6 +202,40 @@ def test_reinitialize_draws_the_pooler_and_the_top_layers_afresh(model_dir):
         reinitialize(model, top_layers=3)
 
 
+@pytest.mark.parametrize("family", ["hfbert", "transformers"])
+def test_reinitialize_draws_with_the_models_own_initialiser_over_weights_marked_loaded(family):
+    """The re-drawn weights follow the model's own initialiser (a fresh model's spread; hfbert's cut at two std,
+    transformers' not), biases 0, LayerNorm 1 and 0, though loading marked every weight initialised; the rest is
+    left alone."""
+    sizes = {"vocab_size": 50, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "intermediate_size": 128}
+    model = load_model("sequence-classification", family, preset="tiny", config_overrides=sizes, num_labels=2)
+    fresh = load_model("sequence-classification", family, preset="tiny", config_overrides=sizes, num_labels=2)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(0.5)
+            parameter._is_hf_initialized = True  # as loading a checkpoint marks them
+    torch.manual_seed(3)
+    reinitialize(model, pooler=True, top_layers=1)
+    drawn = ("bert.pooler", "bert.encoder.layer.1")
+
+    def weights(of, kind=torch.nn.Linear):
+        return torch.cat([m.weight.flatten() for n, m in of.named_modules() if n.startswith(drawn)
+                          and isinstance(m, kind)])
+
+    std = model.config.initializer_range
+    assert weights(model).std().item() == pytest.approx(weights(fresh).std().item(), rel=0.05)
+    assert weights(model).mean().abs().item() < std / 20
+    cut = weights(model).abs().max().item() <= 2 * std
+    assert cut == (family == "hfbert")
+    for name, module in model.named_modules():
+        if name.startswith(drawn) and isinstance(module, (torch.nn.Linear, torch.nn.LayerNorm)):
+            assert not module.bias.any(), name
+    assert bool((weights(model, torch.nn.LayerNorm) == 1).all())
+    kept = [p for n, p in model.named_parameters() if not n.startswith(drawn)]
+    assert kept and all(bool((p == 0.5).all()) for p in kept)
+
+
 def test_bad_protocol_settings_stop_in_one_line(model_dir, suite_file, tmp_path, capsys):
     for options, message in ((["--train_sizes", "two"], "--train_sizes"),
                              (["--learning_rates", "1e-4", "1e-4"], "repeats a rate"),
