@@ -57,6 +57,53 @@ class HfBertConfig(PretrainedConfig):
     field by field); :meth:`check_values`, which every model runs when it is built, raises ``ValueError`` naming the
     first bad one. Only a different architecture (another ``model_type``, relative positions, a decoder) is refused
     at once, since those keys are not kept.
+
+    Args:
+        vocab_size (`int`, *optional*, defaults to 30522):
+            Vocabulary size of the model: the number of different tokens ``input_ids`` can hold.
+        hidden_size (`int`, *optional*, defaults to 768):
+            Dimensionality of the encoder layers and the pooler layer; a multiple of ``num_attention_heads``.
+        num_hidden_layers (`int`, *optional*, defaults to 12):
+            Number of hidden layers in the Transformer encoder.
+        num_attention_heads (`int`, *optional*, defaults to 12):
+            Number of attention heads for each attention layer in the Transformer encoder.
+        intermediate_size (`int`, *optional*, defaults to 3072):
+            Dimensionality of the "intermediate" (feed-forward) layer in the Transformer encoder.
+        hidden_act (`str`, *optional*, defaults to `"gelu"`):
+            The non-linear activation function in the encoder and pooler: `"gelu"` (the exact erf form),
+            `"gelu_tanh"` (alias `"gelu_new"`, `"gelu_pytorch_tanh"`: the tanh approximation of Google's TensorFlow
+            code) or `"relu"`.
+        hidden_dropout_prob (`float`, *optional*, defaults to 0.1):
+            The dropout probability for all fully connected layers in the embeddings, encoder, and pooler; in [0, 1).
+        attention_probs_dropout_prob (`float`, *optional*, defaults to 0.1):
+            The dropout ratio for the attention probabilities; in [0, 1).
+        max_position_embeddings (`int`, *optional*, defaults to 512):
+            The maximum sequence length that this model can be used with (the number of learned positions).
+        type_vocab_size (`int`, *optional*, defaults to 2):
+            The vocabulary size of the ``token_type_ids``.
+        initializer_range (`float`, *optional*, defaults to 0.02):
+            The standard deviation of the truncated normal initializer (cut at two standard deviations, Google's
+            ``create_initializer``) for all weight matrices.
+        layer_norm_eps (`float`, *optional*, defaults to 1e-12):
+            The epsilon used by the layer normalization layers.
+        pad_token_id (`int`, *optional*, defaults to 0):
+            The id of [PAD]; inside the vocabulary when set. Its embedding row is not special (no ``padding_idx``).
+        classifier_dropout (`float`, *optional*):
+            The dropout ratio for the classification heads; `None` uses ``hidden_dropout_prob``.
+        tie_word_embeddings (`bool`, *optional*, defaults to `True`):
+            Tie the masked-LM decoder's weights to the word embeddings.
+        padding_free (`bool`, *optional*, defaults to `False`):
+            Run the bare encoder and the per-token heads on the real tokens only (their outputs are 0 at padding).
+            Off by default so that outputs equal transformers' at every position; the pretraining heads (with labels)
+            and the sequence-level heads skip padding regardless, since nothing they return depends on it.
+        **kwargs:
+            The options of [`~transformers.PretrainedConfig`] (``id2label``, ``problem_type``, ...). Of transformers'
+            ``BertConfig`` options the original BERT lacks (``position_embedding_type``, ``is_decoder``,
+            ``add_cross_attention``), only the original's value is accepted, and dropped.
+
+    Raises:
+        `ValueError`: another ``model_type`` than ``"hfbert"`` or ``"bert"``, or an option of ``BertConfig`` off the
+            original BERT's value.
     """
 
     model_type = "hfbert"
@@ -135,7 +182,20 @@ class HfBertConfig(PretrainedConfig):
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> "HfBertConfig":
         """One of Google's released sizes: tiny (2/128), mini (4/256), small (4/512), medium (8/512), base (12/768),
-        large (24/1024). ``overrides`` replace any value (e.g. ``vocab_size=8000``)."""
+        large (24/1024), as (layers/hidden size); heads = hidden / 64 and intermediate = 4 * hidden.
+
+        Args:
+            name (`str`):
+                The size's name.
+            **overrides:
+                Replace any value (e.g. ``vocab_size=8000``).
+
+        Returns:
+            [`HfBertConfig`]: the config.
+
+        Raises:
+            `ValueError`: an unknown ``name``.
+        """
         if name not in _PRESETS:
             raise ValueError(f"unknown preset {name!r}; expected one of {sorted(_PRESETS)}")
         layers, hidden = _PRESETS[name]
@@ -150,7 +210,21 @@ class HfBertConfig(PretrainedConfig):
 
     @classmethod
     def from_bert_config(cls, bert_config: Any, **overrides: Any) -> "HfBertConfig":
-        """Convert a transformers ``BertConfig`` (or its dict), keeping labels and problem type."""
+        """Convert a transformers ``BertConfig`` (or its dict), keeping labels and problem type.
+
+        Args:
+            bert_config (`transformers.BertConfig` or `dict`):
+                The config to convert; its ``architectures`` are kept too.
+            **overrides:
+                Replace any value.
+
+        Returns:
+            [`HfBertConfig`]: the equivalent config.
+
+        Raises:
+            `ValueError`: a ``model_type`` other than ``"bert"`` or ``"hfbert"``, or an option the original BERT does
+                not have.
+        """
         data = bert_config.to_dict() if hasattr(bert_config, "to_dict") else dict(bert_config)
         model_type = data.get("model_type")
         if model_type not in (None, "bert", cls.model_type):

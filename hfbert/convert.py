@@ -75,7 +75,20 @@ _VOLATILE_KEYS = {"transformers_version", "architectures", "model_type", "auto_m
 
 
 def detect_flavour(config: Mapping[str, Any], source: str = "config") -> str:
-    """``"hfbert"`` or ``"bert"`` from a config dict's ``model_type``; anything else is a ``ValueError``."""
+    """``"hfbert"`` or ``"bert"`` from a config dict's ``model_type``.
+
+    Args:
+        config (`Mapping[str, Any]`):
+            A ``config.json``'s contents.
+        source (`str`, *optional*, defaults to `"config"`):
+            What the config is, for the error.
+
+    Returns:
+        `str`: ``"hfbert"`` or ``"bert"``.
+
+    Raises:
+        `ValueError`: any other ``model_type``.
+    """
     model_type = config.get("model_type")
     if model_type not in FLAVOURS:
         raise ValueError(
@@ -86,7 +99,23 @@ def detect_flavour(config: Mapping[str, Any], source: str = "config") -> str:
 
 
 def head_of(config: Mapping[str, Any], head: str | None = None, source: str = "config") -> str:
-    """The head suffix (e.g. ``"ForMaskedLM"``): ``head`` if given, else read from ``architectures``."""
+    """The head suffix (e.g. ``"ForMaskedLM"``): ``head`` if given, else read from ``architectures``.
+
+    Args:
+        config (`Mapping[str, Any]`):
+            A ``config.json``'s contents.
+        head (`str`, *optional*):
+            The head; an ``HfBert`` or ``Bert`` prefix is dropped.
+        source (`str`, *optional*, defaults to `"config"`):
+            What the config is, for the error.
+
+    Returns:
+        `str`: a key of :data:`HEADS`.
+
+    Raises:
+        `ValueError`: ``architectures`` does not name exactly one class (and no ``head`` is given), or the head is not
+            supported.
+    """
     if head is None:
         archs = config.get("architectures") or []
         if len(archs) != 1:
@@ -105,7 +134,17 @@ def head_of(config: Mapping[str, Any], head: str | None = None, source: str = "c
 
 
 def model_class(flavour: str, head: str) -> type:
-    """The class implementing ``head`` on one side: ``transformers.BertForX`` or ``hfbert.HfBertForX``."""
+    """The class implementing ``head`` on one side: ``transformers.BertForX`` or ``hfbert.HfBertForX``.
+
+    Args:
+        flavour (`str`):
+            ``"bert"`` for transformers' class; anything else gives hfbert's.
+        head (`str`):
+            A key of :data:`HEADS`, e.g. ``"ForMaskedLM"``.
+
+    Returns:
+        `type`: the model class.
+    """
     if flavour == "bert":
         return getattr(transformers, f"Bert{head}")
     return getattr(modeling_hfbert, f"HfBert{head}")
@@ -114,7 +153,16 @@ def model_class(flavour: str, head: str) -> type:
 # --- tokenizer checks ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TokenizerInfo:
-    """What a conversion must not change: the vocabulary's size and the id of every special token."""
+    """What a conversion must not change: the vocabulary's size and the id of every special token.
+
+    Args:
+        size (`int`):
+            The number of tokens.
+        max_id (`int`):
+            The largest token id.
+        special_ids (`dict[str, int]`):
+            The id of each special token, by its name (``"pad_token"``, ``"unk_token"``, ...).
+    """
 
     size: int
     max_id: int
@@ -126,7 +174,22 @@ def _token_text(value: Any) -> str | None:
 
 
 def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
-    """The vocabulary of a saved BERT tokenizer (``vocab.txt`` or ``tokenizer.json``); None if the folder has none."""
+    """The vocabulary of a saved BERT tokenizer (``vocab.txt`` or ``tokenizer.json``).
+
+    ``tokenizer.json`` is read first; ``vocab.txt`` lines are stripped, as Google's loader reads them. The special
+    tokens' names come from ``special_tokens_map.json`` and ``tokenizer_config.json`` when present ([PAD], [UNK], ...
+    otherwise).
+
+    Args:
+        folder (`str` or `Path`):
+            A saved model or tokenizer folder.
+
+    Returns:
+        [`TokenizerInfo`] or `None`: `None` if the folder has no tokenizer.
+
+    Raises:
+        `ValueError`: ``tokenizer.json`` is not a WordPiece tokenizer, or a special token is not in the vocabulary.
+    """
     folder = Path(folder)
     vocab: dict[str, int] = {}
     if (folder / "tokenizer.json").is_file():
@@ -154,7 +217,19 @@ def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
 
 
 def check_tokenizer(info: TokenizerInfo | None, config: Mapping[str, Any], source: str) -> None:
-    """The tokenizer must produce only ids the embedding table has, and [PAD] must be the config's pad id."""
+    """The tokenizer must produce only ids the embedding table has, and [PAD] must be the config's pad id.
+
+    Args:
+        info (`TokenizerInfo`, *optional*):
+            The tokenizer (:func:`read_tokenizer`); `None` checks nothing.
+        config (`Mapping[str, Any]`):
+            The model's ``config.json`` contents.
+        source (`str`):
+            The folder's name, for the error.
+
+    Raises:
+        `ValueError`: a token id is ``>= vocab_size``, or [PAD]'s id is not ``pad_token_id``.
+    """
     if info is None:
         return
     vocab_size = config.get("vocab_size")
@@ -180,7 +255,20 @@ def _comparable(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def hfbert_to_bert_config(config: Mapping[str, Any], head: str):
-    """A transformers ``BertConfig`` equal in every value; refuses hfbert options BERT cannot express."""
+    """A transformers ``BertConfig`` equal in every value; refuses hfbert options BERT cannot express.
+
+    Args:
+        config (`Mapping[str, Any]`):
+            An hfbert ``config.json``'s contents.
+        head (`str`):
+            The head suffix; ``architectures`` becomes ``["Bert" + head]``.
+
+    Returns:
+        `transformers.BertConfig`: the equivalent config.
+
+    Raises:
+        `ValueError`: a setting has no ``BertConfig`` equivalent.
+    """
     hf_config = HfBertConfig.from_dict(dict(config))
     bert_config = hf_config.to_bert_config()
     back = HfBertConfig.from_bert_config(bert_config).to_dict()
@@ -194,7 +282,22 @@ def hfbert_to_bert_config(config: Mapping[str, Any], head: str):
 
 
 def bert_to_hfbert_config(config: Mapping[str, Any], head: str):
-    """The equivalent ``HfBertConfig``; refuses BERT variants the original BERT does not have."""
+    """The equivalent ``HfBertConfig``; refuses BERT variants the original BERT does not have.
+
+    transformers' ``"gelu_new"`` becomes hfbert's ``"gelu_tanh"``.
+
+    Args:
+        config (`Mapping[str, Any]`):
+            A transformers BERT ``config.json``'s contents.
+        head (`str`):
+            The head suffix; ``architectures`` becomes ``["HfBert" + head]``.
+
+    Returns:
+        [`HfBertConfig`]: the equivalent config.
+
+    Raises:
+        `ValueError`: a setting the original BERT does not have (one of ``ORIGINAL_VALUES`` off its value).
+    """
     unsupported = {k: config[k] for k, default in ORIGINAL_VALUES.items() if config.get(k, default) != default}
     if unsupported:
         raise ValueError(f"these BERT settings have no hfbert equivalent (the original BERT has none): {unsupported}")
@@ -246,14 +349,39 @@ def convert(src: str | Path, dst: str | Path, *, to: str | None = None, head: st
             overwrite: bool = False, do_lower_case: bool | None = None, google_gelu: str | None = None) -> Path:
     """Convert the model folder ``src`` into ``dst``; returns ``dst``.
 
-    ``to`` is ``"transformers"`` (alias ``"bert"``), ``"hfbert"`` or ``"google"`` (a release folder in Google's
-    format, :mod:`hfbert.google_checkpoint`); by default the other side of ``src``, and ``"hfbert"`` for a Google
-    folder, whose tokenizer is built from its ``vocab.txt`` (``do_lower_case``: its casing; default: read from the
-    vocabulary).
-    ``head`` (e.g. ``"ForMaskedLM"``) defaults to the config's ``architectures``. Tokenizer files, the model card
-    and other top-level files are copied byte for byte; the weights are written with ``save_pretrained``.
-    ``google_gelu="tanh"`` lets ``to="google"`` write an exact-GELU model under Google's tanh "gelu" (refused
-    otherwise; see the module docstring).
+    Tokenizer files, the model card and other top-level files are copied byte for byte, except that
+    ``tokenizer_config.json``'s ``tokenizer_class`` (and ``auto_map``) is pointed at a class the target side loads,
+    without changing the encodings; the weights are written with ``save_pretrained``.
+
+    Args:
+        src (`str` or `Path`):
+            An hfbert folder, a transformers BERT folder or a Google release folder.
+        dst (`str` or `Path`):
+            The folder to write.
+        to (`str`, *optional*):
+            ``"transformers"`` (alias ``"bert"``), ``"hfbert"`` or ``"google"`` (a release folder in Google's format,
+            :mod:`hfbert.google_checkpoint`); by default the other side of ``src``, and ``"hfbert"`` for a Google
+            folder (which converts to ``"hfbert"`` or ``"transformers"`` only).
+        head (`str`, *optional*):
+            E.g. ``"ForMaskedLM"``; defaults to the config's ``architectures``.
+        overwrite (`bool`, *optional*, defaults to `False`):
+            Replace a ``dst`` that exists and is not empty.
+        do_lower_case (`bool`, *optional*):
+            For a Google folder, whose tokenizer is built from its ``vocab.txt``: its casing; default: read from the
+            vocabulary.
+        google_gelu (`str`, *optional*):
+            ``"tanh"`` lets ``to="google"`` write an exact-GELU model under Google's tanh "gelu" (refused otherwise;
+            see the module docstring).
+
+    Returns:
+        `Path`: ``dst``.
+
+    Raises:
+        `FileNotFoundError`: ``src`` is not a folder, or (to Google's format) has no ``vocab.txt``.
+        `FileExistsError`: ``dst`` exists and is not empty, without ``overwrite``.
+        `ValueError`: ``src`` is not a model folder or already the target's, ``src`` and ``dst`` are the same folder,
+            an option is not valid, a setting or the tokenizer does not fit the other side, or the weights do not
+            cover the head exactly.
     """
     src, dst = Path(src), Path(dst)
     if not src.is_dir():
@@ -430,7 +558,16 @@ def _retarget_tokenizer_config(folder: Path, target: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``hfbert convert SRC DST``: convert and print where the folder went."""
+    """``hfbert convert SRC DST``: convert and print where the folder went.
+
+    Args:
+        argv (`Sequence[str]`, *optional*):
+            The command's arguments (:class:`ConvertArguments`); by default ``sys.argv[1:]``.
+
+    Returns:
+        `int`: the exit status: 0 once written, 2 (one line) for a folder that is not a model, a setting the other
+        side lacks or an occupied destination.
+    """
     prog = "hfbert convert"
     args = command_parser().parse(argv)
 

@@ -82,6 +82,21 @@ class HubDownloadError(RuntimeError):
 
 @dataclass(frozen=True)
 class PushResult:
+    """The commit a :func:`push_to_hub` made.
+
+    Args:
+        repo_id (`str`):
+            The repository pushed to.
+        revision (`str`):
+            The branch the commit is on (``main`` unless a ``revision`` was given).
+        commit_oid (`str`):
+            The commit's id.
+        commit_url (`str`):
+            The commit's address on the Hub.
+        tag (`str`, *optional*):
+            The tag given to the commit, if any.
+    """
+
     repo_id: str
     revision: str
     commit_oid: str
@@ -160,13 +175,43 @@ def push_to_hub(
     ignore_patterns: tuple[str, ...] | list[str] = DEFAULT_IGNORE_PATTERNS,
     timeout: float | None = None,
 ) -> PushResult:
-    """Upload ``folder`` to ``repo_id`` in one commit; returns the commit.
+    """Upload ``folder`` to ``repo_id`` in one commit; returns the commit. The folder is never modified.
 
-    ``repo_type`` is ``"model"`` (the folder must hold a ``config.json``) or ``"dataset"``. ``revision`` is a
-    branch; it is created from ``main`` when missing. ``tag`` tags the new commit. ``token`` and ``endpoint``
-    default to huggingface_hub's (``HF_TOKEN``, ``HF_ENDPOINT``); ``timeout`` is the limit of :func:`hub_timeout`.
-    Raises ``HubPushError`` with a clear message when the Hub cannot be reached, does not answer in time or refuses
-    the token; the folder is never modified.
+    Args:
+        folder (`str` or `Path`):
+            The folder to upload; files matching ``ignore_patterns`` stay behind.
+        repo_id (`str`):
+            ``namespace/name`` on the Hub; the repository is created when missing.
+        repo_type (`str`, *optional*, defaults to `"model"`):
+            ``"model"`` (the folder must hold a ``config.json``) or ``"dataset"``.
+        revision (`str`, *optional*):
+            A branch; it is created from ``main`` when missing. By default ``main``.
+        tag (`str`, *optional*):
+            Tags the new commit; a tag that already exists is refused before anything is uploaded.
+        private (`bool`, *optional*):
+            Create the repository as private (when this push creates it).
+        token (`str`, *optional*):
+            Defaults to huggingface_hub's (``HF_TOKEN``, the stored login).
+        endpoint (`str`, *optional*):
+            Defaults to huggingface_hub's (``HF_ENDPOINT``).
+        commit_message (`str`, *optional*):
+            The commit's title; by default ``"Upload <folder name> with hfbert"``.
+        ignore_patterns (`tuple[str, ...]` or `list[str]`, *optional*, defaults to `DEFAULT_IGNORE_PATTERNS`):
+            Files never uploaded: resumable training state, caches and logs.
+        timeout (`float`, *optional*):
+            Seconds the whole operation may take under :func:`hub_timeout`; by default ``$HFBERT_HUB_TIMEOUT``, else
+            60 (:func:`resolve_timeout`).
+            One second per MB to upload is added.
+
+    Returns:
+        [`PushResult`]: the repository, branch, commit id and address, and the tag.
+
+    Raises:
+        [`HubPushError`]: with a clear message when the Hub cannot be reached, does not answer in time, refuses the
+            token or the write, or the tag is taken.
+        `FileNotFoundError`: ``folder`` is not a folder.
+        `ValueError`: the folder is empty, a model folder has no ``config.json``, ``repo_type``, ``repo_id``,
+            ``revision`` (a ``refs/`` name) or ``timeout`` is not valid.
     """
     if repo_type not in REPO_TYPES:
         raise ValueError(f"repo_type must be one of {REPO_TYPES}, got {repo_type!r}")
@@ -242,9 +287,32 @@ def download_snapshot(
     timeout: float | None = None,
     **kwargs: Any,
 ) -> Path:
-    """``huggingface_hub.snapshot_download`` of ``repo_id`` (a model or a dataset) under :func:`hub_timeout`;
-    returns the local folder. ``kwargs`` (``cache_dir``, ``local_dir``, ``allow_patterns``, ...) pass through.
-    Raises :class:`HubDownloadError` naming the endpoint when the Hub does not answer in time."""
+    """``huggingface_hub.snapshot_download`` of ``repo_id`` (a model or a dataset) under :func:`hub_timeout`.
+
+    Args:
+        repo_id (`str`):
+            ``namespace/name`` on the Hub.
+        repo_type (`str`, *optional*, defaults to `"model"`):
+            ``"model"`` or ``"dataset"``.
+        revision (`str`, *optional*):
+            A branch, a tag or a commit.
+        token (`str`, *optional*):
+            Defaults to huggingface_hub's.
+        endpoint (`str`, *optional*):
+            Defaults to huggingface_hub's (``HF_ENDPOINT``).
+        timeout (`float`, *optional*):
+            Seconds the whole operation may take under :func:`hub_timeout`; by default ``$HFBERT_HUB_TIMEOUT``, else
+            60 (:func:`resolve_timeout`).
+        **kwargs:
+            ``cache_dir``, ``local_dir``, ``allow_patterns``, ... pass through to ``snapshot_download``.
+
+    Returns:
+        `Path`: the local folder.
+
+    Raises:
+        [`HubDownloadError`]: naming the endpoint, when the Hub does not answer in time.
+        `ValueError`: ``repo_type`` is neither ``"model"`` nor ``"dataset"``.
+    """
     if repo_type not in REPO_TYPES:
         raise ValueError(f"repo_type must be one of {REPO_TYPES}, got {repo_type!r}")
     seconds = resolve_timeout(timeout)
@@ -256,9 +324,28 @@ def download_snapshot(
 
 def list_repo_files(repo_id: str, *, revision: str | None = None, token: str | None = None,
                     endpoint: str | None = None, timeout: float | None = None) -> list[str]:
-    """The files of the Hub model repository ``repo_id`` at ``revision``, listed under :func:`hub_timeout`. Raises
-    :class:`HubDownloadError` naming the endpoint when the Hub does not answer in time; huggingface_hub's own errors
-    (no such repository or revision, offline mode) pass through."""
+    """The files of the Hub model repository ``repo_id`` at ``revision``, listed under :func:`hub_timeout`.
+
+    Args:
+        repo_id (`str`):
+            ``namespace/name`` of a model repository.
+        revision (`str`, *optional*):
+            A branch, a tag or a commit.
+        token (`str`, *optional*):
+            Defaults to huggingface_hub's.
+        endpoint (`str`, *optional*):
+            Defaults to huggingface_hub's (``HF_ENDPOINT``).
+        timeout (`float`, *optional*):
+            Seconds the whole operation may take under :func:`hub_timeout`; by default ``$HFBERT_HUB_TIMEOUT``, else
+            60 (:func:`resolve_timeout`).
+
+    Returns:
+        `list[str]`: the paths of the repository's files.
+
+    Raises:
+        [`HubDownloadError`]: naming the endpoint, when the Hub does not answer in time; huggingface_hub's own errors
+            (no such repository or revision, offline mode) pass through.
+    """
     seconds = resolve_timeout(timeout)
     with _download_errors(f"listing the files of {repo_id}", endpoint, seconds), hub_timeout(seconds):
         return HfApi(endpoint=endpoint, token=token).list_repo_files(repo_id, revision=revision)
@@ -268,14 +355,45 @@ _REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 
 def is_repo_id(name: str) -> bool:
-    """``name`` has the form of a Hub repository id (``user/name``): what a name that is not a local folder is taken
-    to be. ``./x`` and ``../x`` are paths."""
+    """Whether ``name`` has the form of a Hub repository id (``user/name``).
+
+    That is what a name that is not a local folder is taken to be. ``./x`` and ``../x`` are paths.
+
+    Args:
+        name (`str`):
+            The name to check.
+
+    Returns:
+        `bool`: `True` for ``user/name`` (word characters, dots and hyphens) not starting with a dot.
+    """
     return _REPO_ID.fullmatch(name) is not None and not name.startswith(".")
 
 
 def read_config_any(repo_or_dir: str | Path, *, revision: str | None = None, token: str | None = None,
                     timeout: float | None = None, **hub_kwargs: Any) -> dict[str, Any]:
-    """The ``config.json`` of a local folder or of a Hub repository at ``revision``."""
+    """The ``config.json`` of a local folder or of a Hub repository at ``revision``.
+
+    Args:
+        repo_or_dir (`str` or `Path`):
+            A local folder or a Hub repository id.
+        revision (`str`, *optional*):
+            The Hub revision (a branch, a tag or a commit).
+        token (`str`, *optional*):
+            Defaults to huggingface_hub's.
+        timeout (`float`, *optional*):
+            Seconds the whole operation may take under :func:`hub_timeout`; by default ``$HFBERT_HUB_TIMEOUT``, else
+            60 (:func:`resolve_timeout`).
+        **hub_kwargs:
+            Passed on to ``hf_hub_download`` (``endpoint``, ``repo_type``, ``cache_dir``, ...).
+
+    Returns:
+        `dict[str, Any]`: the parsed config.
+
+    Raises:
+        [`HubDownloadError`]: naming the endpoint, when the Hub does not answer in time.
+        `FileNotFoundError`: a local folder has no ``config.json``.
+        `ValueError`: the ``config.json`` is not valid JSON.
+    """
     if Path(repo_or_dir).is_dir():
         return read_config(repo_or_dir)
     seconds = resolve_timeout(timeout)
@@ -292,7 +410,21 @@ def read_config_any(repo_or_dir: str | Path, *, revision: str | None = None, tok
 
 
 def read_config(folder: str | Path, *, source: str | Path | None = None) -> dict[str, Any]:
-    """The ``config.json`` of a saved model folder (``source``: the name the folder was found under, for errors)."""
+    """The ``config.json`` of a saved model folder.
+
+    Args:
+        folder (`str` or `Path`):
+            The saved model folder.
+        source (`str` or `Path`, *optional*):
+            The name the folder was found under, for errors.
+
+    Returns:
+        `dict[str, Any]`: the parsed config.
+
+    Raises:
+        `FileNotFoundError`: the folder has no ``config.json``.
+        `ValueError`: the ``config.json`` is not valid JSON.
+    """
     path = Path(folder) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{folder} has no config.json: it is not a saved model folder")
@@ -332,7 +464,15 @@ class PushArguments:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``hfbert push``: exit status 2 for bad input (one line), 1 when the Hub refuses or does not answer."""
+    """``hfbert push``: push a saved folder to the Hub and print the commit's address.
+
+    Args:
+        argv (`list[str]`, *optional*):
+            The command's arguments (:class:`PushArguments`); by default ``sys.argv[1:]``.
+
+    Returns:
+        `int`: the exit status: 0 on success, 2 for bad input (one line), 1 when the Hub refuses or does not answer.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = CommandParser("hfbert push", PushArguments, description="Push a saved folder to the Hub.").parse(argv)
 

@@ -121,11 +121,31 @@ def load_any_bert(repo_or_dir: str | Path, head: str | None = None, *, revision:
                   token: str | None = None, timeout: float | None = None, **kwargs: Any):
     """Load an hfbert, a stock transformers BERT or a Google BERT checkpoint as the hfbert class for ``head``.
 
-    ``repo_or_dir`` is a local folder or a Hub repository (:func:`locate`). ``head`` is a class-name suffix
-    ("ForMaskedLM", "Model", ...); by default the checkpoint's ``architectures`` (a Google checkpoint:
-    ``ForPreTraining``). Parameters the checkpoint lacks (a new task head) start fresh and, with the weights the head
-    does not use, are named in a warning. ``kwargs`` go to ``from_pretrained``; Hub calls run under
-    :func:`~hfbert.hub.hub_timeout` (``timeout`` seconds).
+    Parameters the checkpoint lacks (a new task head) start fresh and, with the weights the head does not use, are
+    named in a warning.
+
+    Args:
+        repo_or_dir (`str` or `Path`):
+            A local folder or a Hub repository (:func:`locate`).
+        head (`str`, *optional*):
+            A class-name suffix ("ForMaskedLM", "Model", ...); by default the checkpoint's ``architectures`` (a Google
+            checkpoint: ``ForPreTraining``).
+        revision (`str`, *optional*):
+            The Hub revision (a branch, a tag or a commit); only for a Hub repository.
+        token (`str`, *optional*):
+            The Hub token.
+        timeout (`float`, *optional*):
+            Seconds for the Hub calls, which run under :func:`~hfbert.hub.hub_timeout`.
+        **kwargs:
+            Passed on to ``from_pretrained`` (``config`` too).
+
+    Returns:
+        [`HfBertPreTrainedModel`]: the ``HfBert`` + ``head`` model with the checkpoint's weights.
+
+    Raises:
+        [`ModelSourceError`]: the source is missing, unreadable or not a BERT (one sentence naming it).
+        `ValueError`: the head cannot be read from the config, or is not supported.
+        [`~hfbert.hub.HubDownloadError`]: the Hub does not answer in time.
     """
     source = locate(repo_or_dir, revision=revision, token=token, timeout=timeout)
     if source.format == "google":

@@ -75,6 +75,24 @@ class HfBertTokenizer(BertTokenizer):
     normalizer and pre-tokenizer with :func:`build_normalizer` / :func:`build_pre_tokenizer`.  A directory it
     saves reloads as this class when ``hfbert`` is imported, and as transformers' generic
     ``TokenizersBackend`` (which reads ``tokenizer.json`` verbatim, so the encodings are the same) when not.
+
+    Args:
+        vocab (`dict[str, int]`, *optional*):
+            The token -> id mapping; passed on to :class:`transformers.BertTokenizer`.
+        do_lower_case (`bool`, *optional*, defaults to `True`):
+            Lower-case the text (BasicTokenizer's option).
+        tokenize_chinese_chars (`bool`, *optional*, defaults to `True`):
+            Put spaces around every CJK character, so that each is a word of its own.
+        strip_accents (`bool`, *optional*):
+            Strip accents; `None` strips them exactly when lower-casing, as the original BERT does.
+        max_input_chars_per_word (`int`, *optional*, defaults to 200):
+            A longer word becomes one `[UNK]` (200 as in Google's code).
+        **kwargs:
+            Passed on to :class:`transformers.BertTokenizer` (special tokens, ``model_max_length``, ...).
+
+    Raises:
+        `TypeError`: ``max_input_chars_per_word`` is not an `int`.
+        `ValueError`: ``max_input_chars_per_word`` is below 1.
     """
 
     def __init__(
@@ -181,7 +199,27 @@ def bert_tokenizer_from_vocab(
     """An :class:`HfBertTokenizer` over an existing ``vocab.txt`` (e.g. Google's) or a token -> id mapping, ids
     unchanged.
 
-    ``strip_accents=None`` strips accents exactly when lower-casing, as the original BERT does.
+    Args:
+        path (`str`, `os.PathLike` or `dict[str, int]`):
+            A ``vocab.txt`` (one token per line, id = line number) or a token -> id mapping.
+        lowercase (`bool`, *optional*, defaults to `True`):
+            Lower-case the text.
+        strip_accents (`bool`, *optional*):
+            `None` strips accents exactly when lower-casing, as the original BERT does.
+        handle_chinese_chars (`bool`, *optional*, defaults to `True`):
+            Make every CJK character a word of its own.
+        max_input_chars_per_word (`int`, *optional*, defaults to 200):
+            A longer word becomes one `[UNK]` (200 as in Google's code).
+        model_max_length (`int`, *optional*, defaults to 512):
+            What ``truncation=True`` cuts to.
+
+    Returns:
+        [`HfBertTokenizer`]: the tokenizer over that vocabulary.
+
+    Raises:
+        `FileNotFoundError`: ``path`` is not a file.
+        `ValueError`: the file is not UTF-8, repeats a token or is empty, or the vocabulary lacks one of the special
+            tokens ([PAD], [UNK], [CLS], [SEP], [MASK]).
     """
     vocab = dict(path) if isinstance(path, dict) else load_vocab(path)
     missing = [tok for tok in SPECIAL_TOKENS if tok not in vocab]
@@ -450,25 +488,49 @@ def train_wordpiece(
     docstring: how ties are broken); the order of the texts in the corpus does not matter.
 
     Args:
-        corpus: a ``datasets.Dataset`` / ``IterableDataset`` (column ``text_column``), a list of UTF-8 text
+        corpus (`datasets.Dataset`, `datasets.IterableDataset`, `list` of files or iterable of `str`):
+            A ``datasets.Dataset`` / ``IterableDataset`` (column ``text_column``), a list of UTF-8 text
             files, globs or fsspec URLs (``.gz`` too; ``Path`` objects, or strings that name files or look like
             paths: :func:`hfbert.inputs.names_files`), or any iterable of strings (one text per item; a generator
             is always read as texts).  It is read once; memory grows with its number of distinct
             space-separated chunks, not with its size.
-        vocab_size: total size, specials and ``[unused*]`` included.  The corpus must be able to fill it:
+        vocab_size (`int`, *optional*, defaults to 30522):
+            Total size, specials and ``[unused*]`` included.  The corpus must be able to fill it:
             otherwise a ``ValueError`` says how many entries it could give.
-        lowercase / strip_accents / handle_chinese_chars: the BasicTokenizer options; ``strip_accents=None``
-            strips exactly when lower-casing, as the original BERT does.
-        min_frequency: a pair must occur this often to be merged into a new sub-word.
-        num_unused: ``[unused0..]`` slots reserved after the specials (ids 5..), for tokens added later
+        lowercase (`bool`, *optional*, defaults to `True`):
+            Lower-case the text (a BasicTokenizer option).
+        strip_accents (`bool`, *optional*):
+            Strip accents; `None` strips exactly when lower-casing, as the original BERT does.
+        handle_chinese_chars (`bool`, *optional*, defaults to `True`):
+            Make every CJK character a word of its own (a BasicTokenizer option).
+        min_frequency (`int`, *optional*, defaults to 2):
+            A pair must occur this often to be merged into a new sub-word.
+        num_unused (`int`, *optional*, defaults to 0):
+            ``[unused0..]`` slots reserved after the specials (ids 5..), for tokens added later
             without resizing the embeddings.
-        limit_alphabet: keep only this many most frequent characters (``None``: keep all, so Chinese and
+        limit_alphabet (`int`, *optional*):
+            Keep only this many most frequent characters (``None``: keep all, so Chinese and
             Japanese text is not turned into [UNK]); of equally frequent ones, the lower code points.
-        max_input_chars_per_word: longer words become one [UNK] (200 as in Google's code).
-        on_decode_error: ``"raise"`` (default) rejects a file that is not UTF-8, naming it; ``"replace"`` turns
+        max_input_chars_per_word (`int`, *optional*, defaults to 200):
+            Longer words become one [UNK] (200 as in Google's code).
+        text_column (`str`, *optional*, defaults to `"text"`):
+            The column read from a ``datasets`` corpus.
+        on_decode_error (`str`, *optional*, defaults to `"raise"`):
+            ``"raise"`` rejects a file that is not UTF-8, naming it; ``"replace"`` turns
             undecodable bytes into U+FFFD (dropped by BERT's text cleaning) and warns with their count.
-        show_progress: draw the `tokenizers` progress bar (the CLI turns it on).
-        model_max_length: what ``truncation=True`` cuts to; 512 is BERT's number of learned positions.
+        show_progress (`bool`, *optional*, defaults to `False`):
+            Draw the `tokenizers` progress bar (the CLI turns it on).
+        model_max_length (`int`, *optional*, defaults to 512):
+            What ``truncation=True`` cuts to; 512 is BERT's number of learned positions.
+
+    Returns:
+        [`HfBertTokenizer`]: the tokenizer over the learned vocabulary.
+
+    Raises:
+        `ValueError`: a setting is out of range, the corpus is empty (or nothing in it survives BERT's text
+            cleaning), a file is not UTF-8 (with ``on_decode_error="raise"``), or the corpus cannot fill
+            ``vocab_size``.
+        `TypeError`: an integer setting is not an `int`.
     """
     check_train_args(vocab_size, min_frequency, num_unused, limit_alphabet, max_input_chars_per_word)
     backend = _training_backend(lowercase, strip_accents, handle_chinese_chars, max_input_chars_per_word)
@@ -582,6 +644,30 @@ def tokenize_dataset(
 
     Special tokens are off by default: pretraining builds [CLS] A [SEP] B [SEP] itself from per-line ids.
     The text column (and every other column unless ``keep_columns``) is removed to keep the cache small.
+
+    Args:
+        dataset (`datasets.Dataset` or `datasets.IterableDataset`):
+            The texts; an ``IterableDataset`` is tokenized lazily.
+        tokenizer (`PreTrainedTokenizerBase`):
+            The tokenizer to encode with.
+        text_column (`str`, *optional*, defaults to `"text"`):
+            The column holding the texts.
+        num_proc (`int`, *optional*):
+            Worker processes for ``Dataset.map``; not supported (other than 1) for an ``IterableDataset``.
+        batch_size (`int`, *optional*, defaults to 1000):
+            Rows per batch of the map.
+        add_special_tokens (`bool`, *optional*, defaults to `False`):
+            Add [CLS] / [SEP] to every row.
+        keep_columns (`bool`, *optional*, defaults to `False`):
+            Keep the columns other than the text column.
+
+    Returns:
+        `datasets.Dataset` or `datasets.IterableDataset` (as given): the rows with an ``input_ids`` column.
+
+    Raises:
+        `TypeError`: ``dataset`` is neither a ``Dataset`` nor an ``IterableDataset``.
+        `ValueError`: the text column is missing, ``batch_size`` or ``num_proc`` is below 1, or ``num_proc`` is
+            given for an ``IterableDataset``.
     """
     if not isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
         raise TypeError(f"dataset must be a datasets.Dataset or IterableDataset, got {type(dataset).__name__}")
