@@ -554,13 +554,42 @@ class HfBertModel(HfBertPreTrainedModel):
         inputs_checked: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
-        r"""``attention_mask`` (B, T): 1 = token, 0 = padding. ``padding_free`` (None: ``config.padding_free``): run
-        the encoder on the real tokens only; ``last_hidden_state`` is then 0 at padding positions. ``packed_rows``:
-        where those tokens are, when the caller knows (``PackedRows.from_lengths``, on the host); else they are
-        found in ``attention_mask``. ``inputs_checked``: the caller checked the ids' values on the host
-        (:func:`check_inputs`), so the model does not look at them again (every head passes it on).
-        ``output_hidden_states`` / ``output_attentions`` (keywords, default: the config's) are recorded by
-        ``capture_outputs`` from the layers; they are the tensors the layers computed with (gradients reach them)."""
+        r"""The encoder over the embeddings, and the pooled [CLS] state.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+                Token ids, in [0, ``vocab_size``); pass exactly one of ``input_ids`` and ``inputs_embeds``.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 = token, 0 = padding; by default every position is a token.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Segment ids in [0, ``type_vocab_size``): 0 for sentence A, 1 for sentence B; by default all 0.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Positions in [0, ``max_position_embeddings``); by default 0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
+                Word embeddings in place of ``input_ids``.
+            padding_free (`bool`, *optional*):
+                Run the encoder on the real tokens only; ``last_hidden_state`` is then 0 at padding positions.
+                `None`: ``config.padding_free``. Asking for hidden states or attentions runs the padded computation.
+            packed_rows (`PackedRows`, *optional*):
+                Where those tokens are, when the caller knows (``PackedRows.from_lengths``, on the host); else they are
+                found in ``attention_mask``.
+            inputs_checked (`bool`, *optional*, defaults to `False`):
+                The caller checked the ids' values on the host (:func:`check_inputs`), so the model does not look at
+                them again (every head passes it on).
+            **kwargs:
+                ``output_hidden_states`` / ``output_attentions`` (default: the config's) are recorded by
+                ``capture_outputs`` from the layers; they are the tensors the layers computed with (gradients reach
+                them). Attentions come only with ``attn_implementation="eager"``.
+
+        Returns:
+            [`~modeling_outputs.BaseModelOutputWithPooling`]: ``last_hidden_state`` (batch_size, sequence_length,
+            hidden_size), ``pooler_output`` (batch_size, hidden_size; `None` without the pooling layer), and
+            ``hidden_states`` / ``attentions`` when asked for.
+
+        Raises:
+            `ValueError`: the inputs' shapes disagree, the sequence is longer than ``max_position_embeddings``, or
+                (on the CPU) an id is out of range; on a GPU a bad id fails as a device-side assertion instead.
+        """
         check_inputs(self.config, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                      values=not inputs_checked)
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
@@ -625,12 +654,41 @@ class HfBertForPreTraining(HfBertPreTrainedModel):
         inputs_checked: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> HfBertForPreTrainingOutput:
-        r"""``labels`` (B, T): the original token at supervised positions, -100 elsewhere. ``next_sentence_label``
-        (B,): 0 when B is the actual next segment, 1 when it is random. What a caller knows of the batch, so that
-        the model need not find it on the device: ``packed_rows``, where the real tokens are
-        (``PackedRows.from_lengths``; the labels must then be on real tokens only, as the pretraining collator's
-        are), ``supervised_positions`` (M,), where ``labels`` is not -100 in the flattened (B * T) batch, in
-        order, and ``inputs_checked``, that the ids were checked on the host (:func:`check_inputs`)."""
+        r"""Masked-LM and next-sentence logits, and their losses when labels are given.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+                Token ids, in [0, ``vocab_size``); pass exactly one of ``input_ids`` and ``inputs_embeds``.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 = token, 0 = padding; by default every position is a token.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Segment ids in [0, ``type_vocab_size``): 0 for sentence A, 1 for sentence B; by default all 0.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Positions in [0, ``max_position_embeddings``); by default 0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
+                Word embeddings in place of ``input_ids``.
+            labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                The original token (in [0, ``vocab_size``)) at supervised positions, -100 elsewhere.
+            next_sentence_label (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+                0 when B is the actual next segment, 1 when it is random.
+            packed_rows (`PackedRows`, *optional*):
+                What a caller knows of the batch, so that the model need not find it on the device: where the real
+                tokens are (``PackedRows.from_lengths``; the labels must then be on real tokens only, as the
+                pretraining collator's are).
+            supervised_positions (`torch.LongTensor` of shape `(M,)`, *optional*):
+                Where ``labels`` is not -100 in the flattened (batch_size * sequence_length) batch, in order.
+            inputs_checked (`bool`, *optional*, defaults to `False`):
+                The ids were checked on the host (:func:`check_inputs`).
+            **kwargs:
+                ``output_hidden_states`` / ``output_attentions`` (as for :class:`HfBertModel`) and
+                ``num_items_in_batch`` (the loss is the sum over the items divided by it; else the mean).
+
+        Returns:
+            [`HfBertForPreTrainingOutput`]: ``prediction_logits`` (M, vocab_size) at the supervised positions with
+            ``labels``, (batch_size, sequence_length, vocab_size) without; ``seq_relationship_logits``
+            (batch_size, 2); ``mlm_loss`` and ``nsp_loss`` for the labels given, and ``loss`` (their sum) when both
+            are.
+        """
         padding_free = True if packed_rows is not None else _padding_unread(labels, attention_mask)
         outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                             position_ids=position_ids, inputs_embeds=inputs_embeds, padding_free=padding_free,
@@ -688,6 +746,30 @@ class HfBertForMaskedLM(HfBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
+        r"""Vocabulary logits, and the masked-LM loss when labels are given.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+                Token ids, in [0, ``vocab_size``); pass exactly one of ``input_ids`` and ``inputs_embeds``.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 = token, 0 = padding; by default every position is a token.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Segment ids in [0, ``type_vocab_size``): 0 for sentence A, 1 for sentence B; by default all 0.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Positions in [0, ``max_position_embeddings``); by default 0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
+                Word embeddings in place of ``input_ids``.
+            labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                The original token (in [0, ``vocab_size``)) at supervised positions, -100 elsewhere.
+            **kwargs:
+                ``output_hidden_states`` / ``output_attentions`` (as for :class:`HfBertModel`) and
+                ``num_items_in_batch`` (the loss is the sum over the items divided by it; else the mean).
+
+        Returns:
+            [`~modeling_outputs.MaskedLMOutput`]: ``logits`` (M, vocab_size) at the supervised positions with
+            ``labels``, (batch_size, sequence_length, vocab_size) without; ``loss`` with ``labels`` (0 when no
+            position is supervised).
+        """
         outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                             position_ids=position_ids, inputs_embeds=inputs_embeds,
                             padding_free=_padding_unread(labels, attention_mask), **kwargs)
@@ -719,7 +801,29 @@ class HfBertForNextSentencePrediction(HfBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> NextSentencePredictorOutput:
-        r"""``labels`` (B,): 0 = B follows A, 1 = B is random."""
+        r"""Is-next / is-random logits from the pooled output, and their loss when labels are given.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+                Token ids, in [0, ``vocab_size``); pass exactly one of ``input_ids`` and ``inputs_embeds``.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 = token, 0 = padding; by default every position is a token.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Segment ids in [0, ``type_vocab_size``): 0 for sentence A, 1 for sentence B; by default all 0.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Positions in [0, ``max_position_embeddings``); by default 0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
+                Word embeddings in place of ``input_ids``.
+            labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+                0 = B follows A, 1 = B is random; -100 is not scored.
+            **kwargs:
+                ``output_hidden_states`` / ``output_attentions`` (as for :class:`HfBertModel`) and
+                ``num_items_in_batch`` (the loss is the sum over the items divided by it; else the mean).
+
+        Returns:
+            [`~modeling_outputs.NextSentencePredictorOutput`]: ``logits`` (batch_size, 2) and, with ``labels``,
+            ``loss``.
+        """
         outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                             position_ids=position_ids, inputs_embeds=inputs_embeds, padding_free=True, **kwargs)
         logits = self.cls(outputs.pooler_output)  # (B, 2)
@@ -792,6 +896,34 @@ class HfBertForSequenceClassification(HfBertPreTrainedModel):
         labels: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
+        r"""Logits over the labels from the pooled output, and the loss when labels are given.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+                Token ids, in [0, ``vocab_size``); pass exactly one of ``input_ids`` and ``inputs_embeds``.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 = token, 0 = padding; by default every position is a token.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Segment ids in [0, ``type_vocab_size``): 0 for sentence A, 1 for sentence B; by default all 0.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Positions in [0, ``max_position_embeddings``); by default 0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
+                Word embeddings in place of ``input_ids``.
+            labels (`torch.Tensor`, *optional*):
+                Single-label: integer classes (batch_size,) in [0, ``num_labels``), -100 not scored. Regression
+                (``num_labels == 1``): floats (batch_size,). Multi-label: floats (batch_size, num_labels) of 0 and 1.
+                The problem type, unless ``config.problem_type`` says, is inferred as transformers does.
+            **kwargs:
+                ``output_hidden_states`` / ``output_attentions`` (as for :class:`HfBertModel`) and
+                ``num_items_in_batch`` (the loss is the sum over the items divided by it; else the mean).
+
+        Returns:
+            [`~modeling_outputs.SequenceClassifierOutput`]: ``logits`` (batch_size, num_labels) and, with
+            ``labels``, ``loss`` (cross-entropy, MSE or binary cross-entropy).
+
+        Raises:
+            `ValueError`: a single-label label outside [0, ``num_labels``) (not checked in a compiled graph).
+        """
         outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                             position_ids=position_ids, inputs_embeds=inputs_embeds, padding_free=True, **kwargs)
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
@@ -823,6 +955,33 @@ class HfBertForMultipleChoice(HfBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MultipleChoiceModelOutput:
+        r"""One score per choice, softmax over the choices, and the loss when labels are given.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`):
+                Token ids, in [0, ``vocab_size``); pass exactly one of ``input_ids`` and ``inputs_embeds``.
+            attention_mask (`torch.Tensor` of shape `(batch_size, num_choices, sequence_length)`, *optional*):
+                1 = token, 0 = padding; by default every position is a token.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`, *optional*):
+                Segment ids in [0, ``type_vocab_size``): 0 for sentence A, 1 for sentence B; by default all 0.
+            position_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`, *optional*):
+                Positions in [0, ``max_position_embeddings``); by default 0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape
+            `(batch_size, num_choices, sequence_length, hidden_size)`, *optional*):
+                Word embeddings in place of ``input_ids``.
+            labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+                The right choice, in [0, num_choices); -100 is not scored.
+            **kwargs:
+                ``output_hidden_states`` / ``output_attentions`` (as for :class:`HfBertModel`) and
+                ``num_items_in_batch`` (the loss is the sum over the items divided by it; else the mean).
+
+        Returns:
+            [`~modeling_outputs.MultipleChoiceModelOutput`]: ``logits`` (batch_size, num_choices) and, with
+            ``labels``, ``loss``.
+
+        Raises:
+            `ValueError`: the inputs are not (batch_size, num_choices, sequence_length).
+        """
         reference = input_ids if input_ids is not None else inputs_embeds
         if reference is None or reference.dim() < 3:
             raise ValueError("multiple choice inputs must have shape (batch, num_choices, length)")
@@ -862,6 +1021,29 @@ class HfBertForTokenClassification(HfBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TokenClassifierOutput:
+        r"""A label's logits per token, and the loss when labels are given.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+                Token ids, in [0, ``vocab_size``); pass exactly one of ``input_ids`` and ``inputs_embeds``.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 = token, 0 = padding; by default every position is a token.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Segment ids in [0, ``type_vocab_size``): 0 for sentence A, 1 for sentence B; by default all 0.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Positions in [0, ``max_position_embeddings``); by default 0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
+                Word embeddings in place of ``input_ids``.
+            labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                A class in [0, ``num_labels``) per token; -100 (specials, padding, later sub-tokens) is not scored.
+            **kwargs:
+                ``output_hidden_states`` / ``output_attentions`` (as for :class:`HfBertModel`) and
+                ``num_items_in_batch`` (the loss is the sum over the items divided by it; else the mean).
+
+        Returns:
+            [`~modeling_outputs.TokenClassifierOutput`]: ``logits`` (batch_size, sequence_length, num_labels) and,
+            with ``labels``, ``loss``.
+        """
         outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                             position_ids=position_ids, inputs_embeds=inputs_embeds, **kwargs)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
@@ -894,6 +1076,33 @@ class HfBertForQuestionAnswering(HfBertPreTrainedModel):
         end_positions: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> QuestionAnsweringModelOutput:
+        r"""Start and end logits per token, and the span loss when both positions are given.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+                Token ids, in [0, ``vocab_size``); pass exactly one of ``input_ids`` and ``inputs_embeds``.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 = token, 0 = padding; by default every position is a token.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Segment ids in [0, ``type_vocab_size``): 0 for sentence A, 1 for sentence B; by default all 0.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                Positions in [0, ``max_position_embeddings``); by default 0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
+                Word embeddings in place of ``input_ids``.
+            start_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+                The token index where the answer starts. A position at or past sequence_length (the answer lies in
+                another window) is ignored, as in the original; a negative one counts as 0.
+            end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+                The token index where the answer ends, likewise.
+            **kwargs:
+                ``output_hidden_states`` / ``output_attentions`` (as for :class:`HfBertModel`) and
+                ``num_items_in_batch`` (the loss is the sum over the items divided by it; else the mean).
+
+        Returns:
+            [`~modeling_outputs.QuestionAnsweringModelOutput`]: ``start_logits`` and ``end_logits``
+            (batch_size, sequence_length) and, with both positions, ``loss``: the mean of the start and end
+            cross-entropies.
+        """
         outputs = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                             position_ids=position_ids, inputs_embeds=inputs_embeds, **kwargs)
         logits = self.qa_outputs(outputs.last_hidden_state)  # (B, T, 2)
