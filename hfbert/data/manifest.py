@@ -85,7 +85,26 @@ class TokenizerRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
-    """``hfbert_prepare.json`` (see the module docstring); :meth:`read` it, :meth:`write` it."""
+    """``hfbert_prepare.json`` (see the module docstring); :meth:`read` it, :meth:`write` it.
+
+    Args:
+        format (`str`, *optional*, defaults to `"hfbert-prepared"`):
+            The file's format.
+        format_version (`int`, *optional*, defaults to 1):
+            The format's version.
+        settings (`dict[str, Any]`):
+            ``ExampleSettings.recorded()`` plus ``num_shards``, ``validation_dupe_factor`` and ``row_group_size``.
+        input (`dict[str, Any]`):
+            The input's description (files or dataset, layout, rows).
+        tokenizer (`TokenizerRecord`):
+            The tokenizer the rows were built with.
+        columns (`dict[str, str]`):
+            Column name -> Arrow type.
+        splits (`dict[str, SplitRecord]`):
+            Each split's rows, tokens and shards.
+        report (`dict[str, Any]`):
+            The health report (:mod:`hfbert.data.report`).
+    """
 
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
@@ -99,9 +118,21 @@ class Manifest:
     # -- reading --------------------------------------------------------------------------------------------
     @classmethod
     def read(cls, source: str | Path | bytes, name: str | None = None) -> Manifest:
-        """The manifest of the prepared folder ``source``, or the manifest file's bytes; ``name`` names the folder
-        in messages (default: ``source``). Raises PreparedDataError, one line naming the file, when the folder
-        has no manifest, or it is not JSON, not of this hfbert's format, or lacks a key this format requires."""
+        """The manifest of the prepared folder ``source``, or the manifest file's bytes.
+
+        Args:
+            source (`str`, `Path` or `bytes`):
+                The prepared folder, or the manifest file's bytes.
+            name (`str`, *optional*):
+                Names the folder in messages (default: ``source``).
+
+        Returns:
+            [`Manifest`]: the manifest.
+
+        Raises:
+            [`PreparedDataError`]: one line naming the file, when the folder has no manifest, or it is not JSON, not
+                of this hfbert's format, or lacks a key this format requires.
+        """
         if isinstance(source, (bytes, bytearray, memoryview)):
             shown, data = name or "<bytes>", bytes(source)
         else:
@@ -126,7 +157,18 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:
-        """The manifest from the file's parsed JSON (raises MalformedManifest naming the first key missing)."""
+        """The manifest from the file's parsed JSON.
+
+        Args:
+            data (`dict[str, Any]`):
+                The file's parsed JSON.
+
+        Returns:
+            [`Manifest`]: the manifest.
+
+        Raises:
+            `MalformedManifest`: naming the first key missing.
+        """
         splits = _object(_require(cls, data, "the manifest")["splits"], "splits")
         splits = {split: SplitRecord.from_dict(info, f"splits.{split}") for split, info in splits.items()}
         tokenizer = _record(TokenizerRecord, data["tokenizer"], "tokenizer")
@@ -134,22 +176,39 @@ class Manifest:
 
     # -- writing --------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """The file's JSON object: keys in the fields' order, optional values that are None left out."""
+        """The file's JSON object.
+
+        Returns:
+            `dict[str, Any]`: keys in the fields' order, optional values that are None left out.
+        """
         return _plain(self)
 
     def to_json(self) -> str:
-        """The file's text, byte for byte what :meth:`write` writes."""
+        """The file's text.
+
+        Returns:
+            `str`: byte for byte what :meth:`write` writes.
+        """
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
 
     def write(self, folder: str | Path) -> None:
-        """Write ``folder/hfbert_prepare.json`` (a local folder or an fsspec URL) atomically."""
+        """Write ``folder/hfbert_prepare.json`` atomically.
+
+        Args:
+            folder (`str` or `Path`):
+                A local folder or an fsspec URL.
+        """
         from .shards import write_atomically  # the shard builder: reading a manifest (or a setting) needs none of it
 
         write_atomically(str(folder), MANIFEST, self.to_json().encode())
 
     # -- what it says ---------------------------------------------------------------------------------------
     def shards(self) -> list[ShardRecord]:
-        """Every shard, split after split."""
+        """Every shard, split after split.
+
+        Returns:
+            `list[ShardRecord]`: the shards, each split's in row order.
+        """
         return [shard for info in self.splits.values() for shard in info.shards]
 
     @property

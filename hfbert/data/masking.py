@@ -98,7 +98,19 @@ class _SharedStream:
 
 
 def num_to_predict(length: int, masked_lm_prob: float, max_predictions_per_seq: int) -> int:
-    """The original's fixed count: ``min(max_predictions_per_seq, max(1, round(length * masked_lm_prob)))``."""
+    """The original's fixed count: ``min(max_predictions_per_seq, max(1, round(length * masked_lm_prob)))``.
+
+    Args:
+        length (`int`):
+            The sequence's length, specials included, as in the original.
+        masked_lm_prob (`float`):
+            The share of tokens to predict.
+        max_predictions_per_seq (`int`):
+            The cap.
+
+    Returns:
+        `int`: how many positions the fixed selection picks.
+    """
     return min(max_predictions_per_seq, max(1, int(round(length * masked_lm_prob))))
 
 
@@ -135,7 +147,30 @@ def continuation_table(tokenizer, vocab: dict | None = None) -> np.ndarray:
 
 @dataclass(eq=False)
 class MaskingSpec:
-    """Everything :func:`mask_sequence` needs; validated once, picklable for worker processes."""
+    """Everything :func:`mask_sequence` needs; validated once, picklable for worker processes.
+
+    Args:
+        mask_token_id (`int`):
+            The id of [MASK].
+        replacement_ids (`np.ndarray`):
+            The ids a "random token" replacement may draw (:func:`replacement_pool`); not empty.
+        masked_lm_prob (`float`, *optional*, defaults to 0.15):
+            The share of tokens to predict; in (0, 1).
+        max_predictions_per_seq (`int`, *optional*, defaults to 20):
+            The cap of the fixed selection; >= 1.
+        selection (`str`, *optional*, defaults to `"fixed"`):
+            ``"fixed"`` (the original's count, :func:`num_to_predict`) or ``"bernoulli"`` (RoBERTa / transformers:
+            every candidate selected independently with probability ``masked_lm_prob``).
+        whole_word_mask (`bool`, *optional*, defaults to `False`):
+            Select whole words: a word is always masked completely or not at all.
+        wwm_per_word_decision (`bool`, *optional*, defaults to `True`):
+            Under whole-word masking, one 80/10/10 decision per word; `False` draws per token as the original did.
+        special_ids (`np.ndarray`, *optional*):
+            The special tokens' ids, never selected by the collator; by default none.
+
+    Raises:
+        `ValueError`: a value out of range, or no replacement ids.
+    """
 
     mask_token_id: int
     replacement_ids: np.ndarray
@@ -159,9 +194,25 @@ class MaskingSpec:
     @classmethod
     def from_tokenizer(cls, tokenizer, *, random_token_ids: str = "non_special", vocab: dict | None = None,
                        **options) -> MaskingSpec:
-        """The spec for ``tokenizer``: its [MASK] id, special ids and the ids a random replacement may draw
-        (``random_token_ids``, see :func:`replacement_pool`; ``vocab``: its vocabulary when the caller has it);
-        ``options``: the other fields (``masked_lm_prob``, ``selection``, ...), else their defaults."""
+        """The spec for ``tokenizer``: its [MASK] id, special ids and the ids a random replacement may draw.
+
+        Args:
+            tokenizer (`PreTrainedTokenizerBase`):
+                The tokenizer the ids come from; it must have a [MASK] token.
+            random_token_ids (`str`, *optional*, defaults to `"non_special"`):
+                ``"non_special"`` or ``"any"``, see :func:`replacement_pool`.
+            vocab (`dict`, *optional*):
+                Its vocabulary, when the caller has it.
+            **options:
+                The other fields (``masked_lm_prob``, ``selection``, ...), else their defaults.
+
+        Returns:
+            [`MaskingSpec`]: the spec.
+
+        Raises:
+            `ValueError`: the tokenizer has no mask token, ``random_token_ids`` is neither value, or an option is out
+                of range.
+        """
         if tokenizer.mask_token_id is None:
             raise ValueError("the tokenizer has no mask token ([MASK]); masked-LM examples cannot be built")
         return cls(mask_token_id=int(tokenizer.mask_token_id),
@@ -176,7 +227,24 @@ def mask_sequence(
     rng: np.random.Generator,
     word_starts: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Corrupt one sequence; return ``(corrupted_ids, positions, labels)`` (see :func:`mask_batch`)."""
+    """Corrupt one sequence (see :func:`mask_batch`).
+
+    Args:
+        input_ids (`np.ndarray`):
+            The sequence's token ids.
+        candidates (`np.ndarray`):
+            Bool, same shape as ``input_ids``: the positions that may be selected (never specials or padding).
+        spec ([`MaskingSpec`]):
+            What to mask and how.
+        rng (`np.random.Generator`):
+            The random numbers.
+        word_starts (`np.ndarray`, *optional*):
+            1 where a token begins a word; required under whole-word masking.
+
+    Returns:
+        `tuple[np.ndarray, np.ndarray, np.ndarray]`: ``(corrupted_ids, positions, labels)``: the corrupted copy, the
+        selected positions (sorted) and the original ids there.
+    """
     offsets = np.array([0, len(input_ids)])
     corrupted, positions, labels, _ = mask_batch(input_ids, offsets, candidates, spec, rng, word_starts)
     return corrupted, positions, labels

@@ -36,7 +36,7 @@ __all__ = ["Pool", "create_instances_from_document", "document_rng", "truncate_s
 class Pool:
     """Tokenized documents: sentence ``s`` is ``ids[sent_start[s]:sent_end[s]]``; document ``d`` owns sentences
     ``doc_first[d] .. doc_last[d]`` (inclusive).  Only non-empty documents are stored.  The offsets are Python
-    lists because the builder does scalar look-ups on them (``bisect`` on a list is ~10x faster than numpy)."""
+    lists because the builder does scalar look-ups on them (``bisect`` on a list is much faster than on numpy)."""
 
     ids: np.ndarray
     sent_start: list[int]
@@ -61,7 +61,22 @@ def truncate_seq_pair(len_a: int, len_b: int, max_num_tokens: int, rng: random.R
     """Tokens to drop from (front of A, back of A, front of B, back of B).
 
     The original loop (while too long: trim the longer side, B on ties, from the front or the back by a fair
-    coin) in closed form, with all coins drawn at once as the bits of one ``getrandbits`` call."""
+    coin) in closed form, with all coins drawn at once as the bits of one ``getrandbits`` call.
+
+    Args:
+        len_a (`int`):
+            Tokens in segment A.
+        len_b (`int`):
+            Tokens in segment B.
+        max_num_tokens (`int`):
+            The most tokens A and B may hold together.
+        rng (`random.Random`):
+            The document's generator; one ``getrandbits`` call when anything is dropped, none otherwise.
+
+    Returns:
+        `tuple[int, int, int, int]`: tokens to drop from the front of A, the back of A, the front of B and the back
+        of B; all 0 when the pair fits.
+    """
     steps = len_a + len_b - max_num_tokens
     if steps <= 0:
         return 0, 0, 0, 0
@@ -88,8 +103,30 @@ def create_instances_from_document(
     distinct_random_document: bool = True,
     random_next_prob: float = 0.5,
 ) -> tuple[list[tuple[int, int, int, int, bool, int]], bool]:
-    """NSP instances of one document as ``(a_start, a_end, b_start, b_end, is_random_next, truncated)`` slices
-    of ``pool.ids``; also returns whether a short target length was drawn for this pass."""
+    """NSP instances of one document, following the original's control flow and random draws (module docstring).
+
+    Args:
+        pool (`Pool`):
+            The tokenized documents.
+        document (`int`):
+            The index of the document in ``pool``.
+        rng (`random.Random`):
+            The document's generator for this duplication pass (:func:`document_rng`).
+        max_seq_length (`int`):
+            The longest example, [CLS] and both [SEP] included (``max_num_tokens = max_seq_length - 3``).
+        short_seq_prob (`float`):
+            The probability of drawing a short target length from ``[2, max_num_tokens]``.
+        distinct_random_document (`bool`, *optional*, defaults to `True`):
+            Draw a random B uniformly among the *other* documents; `False`: the original's 10 tries, which could end
+            up with the same document.
+        random_next_prob (`float`, *optional*, defaults to 0.5):
+            The probability that B is read from a random document (always when the chunk is one sentence).
+
+    Returns:
+        `tuple[list[tuple[int, int, int, int, bool, int]], bool]`: the instances as ``(a_start, a_end, b_start,
+        b_end, is_random_next, truncated)``: slices of ``pool.ids`` and the number of tokens truncated; and whether
+        a short target length was drawn for this pass.
+    """
     max_num_tokens = max_seq_length - 3
     target = max_num_tokens
     short = rng.random() < short_seq_prob

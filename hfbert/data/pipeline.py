@@ -77,7 +77,17 @@ def output_features(masking: str, whole_word_mask: bool) -> Features:
 
 def pool_bounds(num_documents: int, pool_size: int) -> list[tuple[int, int]]:
     """``[start, end)`` document ranges of the pools: runs of ``pool_size``; a last run shorter than
-    ``pool_size // 2`` joins the previous pool (so no pool is left with one or two documents by accident)."""
+    ``pool_size // 2`` joins the previous pool (so no pool is left with one or two documents by accident).
+
+    Args:
+        num_documents (`int`):
+            How many documents there are.
+        pool_size (`int`):
+            Documents per pool.
+
+    Returns:
+        `list[tuple[int, int]]`: the pools' ranges, in order; empty when there are no documents.
+    """
     if num_documents <= 0:
         return []
     bounds = [(lo, min(lo + pool_size, num_documents)) for lo in range(0, num_documents, pool_size)]
@@ -375,22 +385,47 @@ def build_pretraining_dataset(source, tokenizer, settings: ExampleSettings | Non
                               return_report: bool = False, **changes):
     """Build BERT pretraining examples (NSP pairs, optionally statically masked) as a datasets table.
 
-    ``source``: what :func:`~hfbert.data.sources.resolve_input` reads -- a text file, glob or URL or a list of
-    them (``input_layout="sentences"``: the original one-sentence-per-line format; ``"paragraphs"``: one paragraph
-    per line, split into sentences, with ``document_boundary`` a regex for heading lines such as
-    :data:`~hfbert.data.documents.CHAPTER_HEADING`); a ``datasets.Dataset`` with a ``sentences`` column (list of
-    str per document) or a ``text`` column (one raw document per row, split with
-    :func:`~hfbert.data.documents.split_sentences`); a ``datasets.IterableDataset`` (streaming); or a Python list
-    of such documents.  ``tokenizer``: any transformers *fast* BERT tokenizer.  ``settings``: an
-    :class:`~hfbert.data.ExampleSettings` (its vocabulary and sharding fields are :func:`prepare_corpus`'s); any
-    of its fields may also be given as a keyword argument (``max_seq_length=64``), which replaces its value.
-
-    Returns a ``Dataset`` (``IterableDataset`` when streaming) with ``input_ids``, ``token_type_ids`` and
-    ``next_sentence_label`` (0 = actual next, 1 = random), plus ``masked_lm_positions``/``masked_lm_ids`` for
-    ``masking="static"`` (``input_ids`` are then already corrupted) or ``word_starts`` for dynamic whole-word
-    masking; :class:`~hfbert.data.collator.DataCollatorForBertPretraining` turns either into model inputs.
     ``dupe_factor`` defaults to 10 for static masking (the original) and 1 for dynamic masking.
-    With ``return_report=True`` (map-style only) returns ``(dataset, report)``, see :mod:`hfbert.data.report`.
+
+    Args:
+        source:
+            What :func:`~hfbert.data.sources.resolve_input` reads -- a text file, glob or URL or a list of
+            them (``input_layout="sentences"``: the original one-sentence-per-line format; ``"paragraphs"``: one
+            paragraph per line, split into sentences, with ``document_boundary`` a regex for heading lines such as
+            :data:`~hfbert.data.documents.CHAPTER_HEADING`); a ``datasets.Dataset`` with a ``sentences`` column (list
+            of str per document) or a ``text`` column (one raw document per row, split with
+            :func:`~hfbert.data.documents.split_sentences`); a ``datasets.IterableDataset`` (streaming); or a Python
+            list of such documents.
+        tokenizer (`PreTrainedTokenizerFast`):
+            Any transformers *fast* BERT tokenizer (with [CLS], [SEP] and [MASK]).
+        settings ([`~hfbert.data.ExampleSettings`], *optional*):
+            Its vocabulary and sharding fields are :func:`prepare_corpus`'s; by default ``ExampleSettings()``.
+        word_segmenter (`Callable[[str], Sequence[str]]`, *optional*):
+            Text -> words for whole-word masking (e.g. :class:`~hfbert.data.JiebaSegmenter`); default: the one
+            ``settings.segmenter`` names.
+        num_proc (`int`, *optional*, defaults to 1):
+            Worker processes building the pools; the rows are the same whoever builds them.
+        streaming (`bool`, *optional*):
+            Build lazily as an ``IterableDataset``; by default when ``source`` is an ``IterableDataset``.
+        shuffle (`bool`, *optional*, defaults to `True`):
+            Shuffle the examples (seeded), as the original shuffles its instances.
+        return_report (`bool`, *optional*, defaults to `False`):
+            Also return the health report (map-style only), see :mod:`hfbert.data.report`.
+        **changes:
+            Any field of ``settings`` as a keyword argument (``max_seq_length=64``), which replaces its value.
+
+    Returns:
+        `datasets.Dataset` (`datasets.IterableDataset` when streaming), or ``(dataset, report)`` with
+        ``return_report=True``: ``input_ids``, ``token_type_ids`` and ``next_sentence_label`` (0 = actual next,
+        1 = random), plus ``masked_lm_positions``/``masked_lm_ids`` for ``masking="static"`` (``input_ids`` are then
+        already corrupted) or ``word_starts`` for dynamic whole-word masking;
+        :class:`~hfbert.data.collator.DataCollatorForBertPretraining` turns either into model inputs.
+
+    Raises:
+        `TypeError`: the tokenizer is not a fast tokenizer, or ``word_segmenter`` is not callable.
+        `ValueError`: the tokenizer lacks [CLS]/[SEP]/[MASK], a segmenter without whole-word masking, ``num_proc``
+            below 1, ``return_report`` with streaming, an ``IterableDataset`` with ``streaming=False``, an input with
+            no documents, or a setting that is not valid.
     """
     settings = (settings or ExampleSettings()).example_settings(**changes)
     if not isinstance(num_proc, int) or num_proc < 1:

@@ -80,7 +80,14 @@ def settings_schema(settings: dict) -> pa.Schema:
 
 
 class PreparedCorpus:
-    """A prepared folder opened for reading (see the module docstring); use :meth:`open`."""
+    """A prepared folder opened for reading (see the module docstring); use :meth:`open`.
+
+    Args:
+        path (`Path`):
+            The local folder holding the manifest and tokenizer files.
+        manifest ([`~hfbert.data.Manifest`]):
+            The folder's manifest, already read.
+    """
 
     #: Decoded row groups kept per corpus by default (a few MB each at most); see :meth:`set_cache`.
     CACHED_GROUPS = 16
@@ -104,19 +111,43 @@ class PreparedCorpus:
     def open(cls, location: str | Path, *, revision: str | None = None, token: str | None = None,
              endpoint: str | None = None, timeout: float | None = None, cache_dir: str | Path | None = None,
              cache_limit: int | str = DEFAULT_CACHE_LIMIT, download: bool = False) -> PreparedCorpus:
-        """Open a prepared corpus: a local folder, a Hub dataset repo (``user/name`` or
-        ``hf://datasets/user/name[@revision]``; ``revision``, ``token``, ``endpoint`` as in huggingface_hub) or any
-        fsspec URL (``s3://...``, ``gs://...``).
+        """Open a prepared corpus: a local folder, a Hub dataset repo or any fsspec URL.
 
         A remote corpus is read on demand (:mod:`hfbert.data.remote`): the manifest and tokenizer files come to
-        ``cache_dir`` (default ``$HF_HOME/hfbert/shards``), and each shard's footer and row groups only when rows
-        in them are read, through a cache of at most ``cache_limit`` bytes shared by the processes of the machine;
-        a read is retried for ``timeout`` seconds (default as :func:`hfbert.hub.resolve_timeout`) and then raises
-        :class:`~hfbert.data.remote.ShardReadError` naming the shard and the URL.  ``download=True`` copies the
-        whole corpus to local disk first instead and checks every shard's sha256.
+        ``cache_dir``, and each shard's footer and row groups only when rows in them are read, through a cache
+        shared by the processes of the machine. Checks the manifest and that every shard it lists is present with
+        its size; a corrupted page is found by its checksum when read (:meth:`verify` checks every byte of a local
+        folder).
 
-        Checks the manifest and that every shard it lists is present with its size; a corrupted page is found by
-        its checksum when read (:meth:`verify` checks every byte of a local folder)."""
+        Args:
+            location (`str` or `Path`):
+                A local folder (``file://`` too), a Hub dataset repo (``user/name`` or
+                ``hf://datasets/user/name[@revision]``) or any fsspec URL (``s3://...``, ``gs://...``).
+            revision (`str`, *optional*):
+                The Hub revision, as in huggingface_hub.
+            token (`str`, *optional*):
+                As in huggingface_hub.
+            endpoint (`str`, *optional*):
+                As in huggingface_hub.
+            timeout (`float`, *optional*):
+                Seconds a remote read is retried for before it raises
+                :class:`~hfbert.data.remote.ShardReadError` naming the shard and the URL; default as
+                :func:`hfbert.hub.resolve_timeout`.
+            cache_dir (`str` or `Path`, *optional*):
+                Where a remote corpus's files go; default ``$HF_HOME/hfbert/shards``.
+            cache_limit (`int` or `str`, *optional*, defaults to `"20GB"`):
+                The most bytes the shared cache of a remote corpus's row groups holds.
+            download (`bool`, *optional*, defaults to `False`):
+                Copy the whole corpus to local disk first instead, and check every shard's sha256.
+
+        Returns:
+            [`PreparedCorpus`]: the corpus, open for reading.
+
+        Raises:
+            `FileNotFoundError`: a local folder that does not exist.
+            [`~hfbert.data.PreparedDataError`]: a manifest that does not read, or a shard missing or of another size
+                (with ``download``, a shard whose sha256 differs).
+        """
         name = str(location)
         name = name[len("file://"):] if name.startswith("file://") else name
         path = Path(name)
@@ -161,21 +192,43 @@ class PreparedCorpus:
     # -- what it holds ----------------------------------------------------------------------------------
     @property
     def settings(self) -> dict:
+        """The settings the corpus was built with, as the manifest records them."""
         return self.manifest.settings
 
     @property
     def max_seq_length(self) -> int:
+        """The longest row, in tokens, the corpus was built for."""
         return int(self.settings["max_seq_length"])
 
     @property
     def splits(self) -> list[str]:
+        """The names of the corpus's splits."""
         return list(self.manifest.splits)
 
     def num_rows(self, split: str = "train") -> int:
+        """How many rows ``split`` holds.
+
+        Args:
+            split (`str`, *optional*, defaults to `"train"`):
+                One of :attr:`splits`.
+
+        Returns:
+            `int`: the number of rows.
+
+        Raises:
+            `KeyError`: the corpus has no such split.
+        """
         return int(self._offsets[self._split(split)][-1])
 
     def load_tokenizer(self):
-        """The tokenizer the rows were built with (its fingerprint is checked against the manifest)."""
+        """The tokenizer the rows were built with (its fingerprint is checked against the manifest).
+
+        Returns:
+            `PreTrainedTokenizerFast`: ``AutoTokenizer.from_pretrained`` of the corpus's folder.
+
+        Raises:
+            [`~hfbert.data.PreparedDataError`]: ``tokenizer.json``'s sha256 is not the manifest's.
+        """
         digest = hashlib.sha256((self.path / "tokenizer.json").read_bytes()).hexdigest()
         if digest != self.manifest.tokenizer.sha256:
             raise PreparedDataError(f"{self.path / 'tokenizer.json'} is not the tokenizer the corpus was built with "
@@ -184,7 +237,15 @@ class PreparedCorpus:
         return AutoTokenizer.from_pretrained(str(self.path))
 
     def check_model_config(self, config) -> None:
-        """Raise ValueError naming both values when a model config disagrees with the corpus's tokenizer."""
+        """Raise ValueError naming both values when a model config disagrees with the corpus's tokenizer.
+
+        Args:
+            config (`PretrainedConfig`):
+                The model's config; its ``vocab_size`` and ``pad_token_id`` are compared.
+
+        Raises:
+            `ValueError`: ``vocab_size`` differs from the vocabulary's, or ``pad_token_id`` (when set) from [PAD]'s id.
+        """
         expected = self.manifest.tokenizer
         if config.vocab_size != expected.vocab_size:
             raise ValueError(f"the model's vocab_size ({config.vocab_size}) differs from the vocabulary of the "
@@ -197,12 +258,40 @@ class PreparedCorpus:
 
     # -- rows -------------------------------------------------------------------------------------------
     def rows(self, split: str, indices) -> list[dict[str, Any]]:
-        """The rows at global indices ``indices`` of ``split`` (in that order), as dicts of Python lists."""
+        """The rows at global indices ``indices`` of ``split`` (in that order), as dicts of Python lists.
+
+        Args:
+            split (`str`):
+                One of :attr:`splits`.
+            indices (array-like of `int`):
+                Global row indices within the split, in [0, :meth:`num_rows`).
+
+        Returns:
+            `list[dict[str, Any]]`: one dict per index, column name to value.
+
+        Raises:
+            `KeyError`: the corpus has no such split.
+            `IndexError`: an index is outside the split.
+        """
         table = self.read(split, indices)
         return table.to_pylist()
 
     def read(self, split: str, indices) -> pa.Table:
-        """:meth:`rows` as an Arrow table (no conversion to Python objects)."""
+        """:meth:`rows` as an Arrow table (no conversion to Python objects).
+
+        Args:
+            split (`str`):
+                One of :attr:`splits`.
+            indices (array-like of `int`):
+                Global row indices within the split, in [0, :meth:`num_rows`).
+
+        Returns:
+            `pyarrow.Table`: the rows, in the order of ``indices``, with the corpus's schema.
+
+        Raises:
+            `KeyError`: the corpus has no such split.
+            `IndexError`: an index is outside the split.
+        """
         arrays = self.read_arrays(split, indices)
         schema = settings_schema(self.settings)
         columns = []
@@ -223,7 +312,23 @@ class PreparedCorpus:
         a scalar column a ``(rows,)`` array.  What the training loop collates.
 
         The row groups the rows lie in are decoded into the corpus's block slots (:mod:`hfbert.data.blocks`; the
-        least recently used make room) and every column is gathered from them in one pass."""
+        least recently used make room) and every column is gathered from them in one pass.
+
+        Args:
+            split (`str`):
+                One of :attr:`splits`.
+            indices (array-like of `int`):
+                Global row indices within the split, in [0, :meth:`num_rows`).
+            pad_values (`dict[str, int]`, *optional*):
+                The padding value of each list column; 0 for a column it does not name.
+
+        Returns:
+            `dict[str, np.ndarray]`: the columns, and ``name + "_length"`` for each list column.
+
+        Raises:
+            `KeyError`: the corpus has no such split.
+            `IndexError`: an index is outside the split.
+        """
         split = self._split(split)
         indices = self._check_indices(split, indices)
         with self._lock:
@@ -234,15 +339,33 @@ class PreparedCorpus:
             return self._blocks.gather(slots[block_of_row], local, pad_values or {})
 
     def blocks(self, split: str = "train") -> np.ndarray:
-        """Rows per block (Parquet row group) of ``split``, shard after shard, in row order: block ``i`` holds the
-        rows that follow the first ``i`` blocks'.  From the manifest alone (no file is opened)."""
+        """Rows per block (Parquet row group) of ``split``, shard after shard, in row order.
+
+        Block ``i`` holds the rows that follow the first ``i`` blocks'. From the manifest alone (no file is opened)
+        when it lists each shard's row groups; else from each shard's footer.
+
+        Args:
+            split (`str`, *optional*, defaults to `"train"`):
+                One of :attr:`splits`.
+
+        Returns:
+            `np.ndarray`: int64, the rows of each block.
+
+        Raises:
+            `KeyError`: the corpus has no such split.
+        """
         split = self._split(split)
         sizes = [np.diff(self._group_ends(split, shard), prepend=0)
                  for shard in range(len(self.manifest.splits[split].shards))]
         return np.concatenate(sizes).astype(np.int64) if sizes else np.zeros(0, dtype=np.int64)
 
     def set_cache(self, blocks: int) -> None:
-        """Keep up to ``blocks`` decoded row groups (least recently used dropped first); at least 1."""
+        """Keep up to ``blocks`` decoded row groups (least recently used dropped first); at least 1.
+
+        Args:
+            blocks (`int`):
+                How many decoded row groups to keep.
+        """
         with self._lock:
             self._blocks.resize(blocks)
 
@@ -270,7 +393,11 @@ class PreparedCorpus:
             self._blocks.clear()
 
     def verify(self) -> None:
-        """Check every shard's bytes against the manifest's sha256 (reads the whole corpus once)."""
+        """Check every shard's bytes against the manifest's sha256 (reads the whole corpus once).
+
+        Raises:
+            [`~hfbert.data.PreparedDataError`]: a shard whose sha256 differs from the manifest's.
+        """
         for shard in self.manifest.shards():
             digest = hashlib.sha256()
             with open(self.path / shard.file, "rb") as handle:

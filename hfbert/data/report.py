@@ -29,7 +29,15 @@ __all__ = [
 def content_digest(dataset: Dataset) -> str:
     """SHA-256 of the dataset's schema and values: equal digests mean identical content, whatever the chunking,
     slicing or cache files behind the dataset (Arrow buffers themselves may carry unused bytes, so the values
-    are hashed, not the buffers)."""
+    are hashed, not the buffers).
+
+    Args:
+        dataset (`datasets.Dataset`):
+            The dataset to digest.
+
+    Returns:
+        `str`: the hex digest.
+    """
     return table_digest(dataset.with_format("arrow")[:])
 
 
@@ -242,7 +250,16 @@ def _checks(report: dict, total: dict, rows: int) -> dict:
 
 
 def render_report(report: dict) -> str:
-    """The report as readable text."""
+    """The report as readable text.
+
+    Args:
+        report (`dict`):
+            A health report (``build_pretraining_dataset(..., return_report=True)``).
+
+    Returns:
+        `str`: one line per count (documents, sentences, duplicates, pools, short targets, instances, lengths,
+        masks) and a last line saying whether every check adds up.
+    """
     docs, sents, inst = report["documents"], report["sentences"], report["instances"]
     lines = [
         "hfbert pretraining data report",
@@ -281,7 +298,17 @@ def _render_distribution(name: str, dist: dict) -> str:
 
 
 def write_report(report: dict, directory: str | Path) -> tuple[Path, Path]:
-    """Write ``report.json`` and ``report.txt`` into ``directory`` (created if needed); return both paths."""
+    """Write ``report.json`` and ``report.txt`` (:func:`render_report`) into ``directory``.
+
+    Args:
+        report (`dict`):
+            A health report.
+        directory (`str` or `Path`):
+            The folder; created if needed.
+
+    Returns:
+        `tuple[Path, Path]`: the paths of ``report.json`` and ``report.txt``.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     json_path, text_path = directory / "report.json", directory / "report.txt"

@@ -25,9 +25,21 @@ Segmenter = Callable[[str], Sequence[str]]
 
 
 class PreSegmented:
-    """Segmenter for text whose words are already separated by whitespace (the segmentation is kept as given)."""
+    """Segmenter for text whose words are already separated by whitespace (the segmentation is kept as given).
+
+    Takes no arguments; call it on a text to get its words.
+    """
 
     def __call__(self, text: str) -> list[str]:
+        """The words of ``text``.
+
+        Args:
+            text (`str`):
+                Words separated by whitespace.
+
+        Returns:
+            `list[str]`: ``text.split()``.
+        """
         return text.split()
 
     def __repr__(self) -> str:
@@ -37,8 +49,11 @@ class PreSegmented:
 class JiebaSegmenter:
     """Adapter for the ``jieba`` Chinese segmenter (optional: ``pip install jieba``; not a dependency of hfbert).
 
-    jieba is imported on first use so that building a segmenter object never fails on machines without it;
-    ``hmm`` toggles jieba's HMM-based discovery of unknown words.
+    jieba is imported on first use so that building a segmenter object never fails on machines without it.
+
+    Args:
+        hmm (`bool`, *optional*, defaults to `True`):
+            Toggles jieba's HMM-based discovery of unknown words.
     """
 
     def __init__(self, hmm: bool = True):
@@ -46,6 +61,18 @@ class JiebaSegmenter:
         self._cut = None
 
     def __call__(self, text: str) -> list[str]:
+        """The words jieba cuts ``text`` into.
+
+        Args:
+            text (`str`):
+                The text.
+
+        Returns:
+            `list[str]`: the words, whitespace-only ones left out.
+
+        Raises:
+            `ImportError`: jieba is not installed.
+        """
         if self._cut is None:
             try:
                 import jieba

@@ -66,15 +66,37 @@ def prepare_corpus(source=None, output_dir: str | Path = "prepared", settings: E
                    overwrite: bool = False, **changes) -> Path | str:
     """Build a prepared corpus (see the module docstring) and return its folder.
 
-    ``source``: ``None`` (the built-in Austen corpus: paragraphs, chapters are documents), a text file, glob or
-    fsspec URL or a list of them, a ``datasets.Dataset`` (a ``sentences`` or ``text`` column), or a list of
-    documents (lists of sentences).  ``settings``: an :class:`~hfbert.data.ExampleSettings` (masking, NSP pairs,
-    input layout, the vocabulary trained when ``tokenizer`` is None, shards and the held-out split); any of its
-    fields may also be given as a keyword argument (``max_seq_length=64``), which replaces its value.
-    ``tokenizer``: a fast BERT tokenizer, its folder, or a pretrained model's (a model folder, a Google folder, a
-    Hub id); ``None`` trains a WordPiece vocabulary of
-    ``settings.vocab_size`` on the input.  ``engine``/``num_proc``/``scheduler``: who builds the shards
-    (:mod:`hfbert.data.engines`); they never change the output.
+    Args:
+        source (*optional*):
+            ``None`` (the built-in Austen corpus: paragraphs, chapters are documents), a text file, glob or
+            fsspec URL or a list of them, a ``datasets.Dataset`` (a ``sentences`` or ``text`` column), or a list of
+            documents (lists of sentences).
+        output_dir (`str` or `Path`, *optional*, defaults to `"prepared"`):
+            The folder to write (a local path or an fsspec URL).
+        settings ([`~hfbert.data.ExampleSettings`], *optional*):
+            Masking, NSP pairs, input layout, the vocabulary trained when ``tokenizer`` is None, shards and the
+            held-out split; by default ``ExampleSettings()``.
+        tokenizer (*optional*):
+            A fast BERT tokenizer, its folder, or a pretrained model's (a model folder, a Google folder, a Hub id);
+            ``None`` trains a WordPiece vocabulary of ``settings.vocab_size`` on the input.
+        num_proc (`int`, *optional*, defaults to 1):
+            Worker processes (with ``engine``, who builds the shards; never changes the output).
+        engine (`str`, *optional*, defaults to `"local"`):
+            ``"local"`` or ``"dask"`` (:mod:`hfbert.data.engines`); never changes the output.
+        scheduler (`str`, *optional*):
+            The address of a Dask scheduler (``engine="dask"`` only); never changes the output.
+        overwrite (`bool`, *optional*, defaults to `False`):
+            Replace what a non-empty ``output_dir`` holds.
+        **changes:
+            Any field of ``settings`` as a keyword argument (``max_seq_length=64``), which replaces its value.
+
+    Returns:
+        `Path` (a `str` for an fsspec URL): the folder written.
+
+    Raises:
+        [`~hfbert.data.CorpusError`]: the input has no documents.
+        `FileExistsError`: ``output_dir`` is a file, or is not empty and ``overwrite`` is not set.
+        `ValueError`: ``num_proc`` is not an int >= 1, or a setting is not valid.
     """
     settings = (settings or ExampleSettings()).example_settings(**changes)
     if not isinstance(num_proc, int) or num_proc < 1:
@@ -285,9 +307,36 @@ def _remove_leftovers(output: str) -> None:
 def push_prepared(folder: str | Path, repo_id: str, *, token: str | None = None, revision: str | None = None,
                   private: bool | None = None, endpoint: str | None = None, commit_message: str | None = None,
                   timeout: float | None = None):
-    """Upload a prepared folder as a Hub *dataset* repo in one commit (:func:`hfbert.hub.push_to_hub`: the repo and
-    the branch ``revision`` are created when missing); returns its ``PushResult``.  :meth:`PreparedCorpus.open`
-    and ``load_dataset`` read it back by its id."""
+    """Upload a prepared folder as a Hub *dataset* repo in one commit (:func:`hfbert.hub.push_to_hub`).
+
+    The folder is opened first: one that does not read back is never uploaded. :meth:`PreparedCorpus.open` and
+    ``load_dataset`` read the repo back by its id.
+
+    Args:
+        folder (`str` or `Path`):
+            The prepared folder.
+        repo_id (`str`):
+            ``namespace/name`` of the dataset repo; created when missing.
+        token (`str`, *optional*):
+            Defaults to huggingface_hub's.
+        revision (`str`, *optional*):
+            A branch, created when missing; by default ``main``.
+        private (`bool`, *optional*):
+            Create the repo as private.
+        endpoint (`str`, *optional*):
+            Defaults to huggingface_hub's (``HF_ENDPOINT``).
+        commit_message (`str`, *optional*):
+            By default ``"hfbert prepare: "`` and the rows of each split.
+        timeout (`float`, *optional*):
+            The limit of :func:`hfbert.hub.hub_timeout`.
+
+    Returns:
+        [`~hfbert.hub.PushResult`]: the commit.
+
+    Raises:
+        [`~hfbert.data.PreparedDataError`]: the folder is not a prepared corpus that reads back.
+        [`~hfbert.hub.HubPushError`]: the Hub cannot be reached, does not answer in time or refuses the push.
+    """
     corpus = PreparedCorpus.open(folder)  # never upload a folder that does not read back
     rows = {split: corpus.num_rows(split) for split in corpus.splits}
     return push_to_hub(corpus.path, repo_id, repo_type="dataset", revision=revision, private=private, token=token,
