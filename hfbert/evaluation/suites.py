@@ -66,7 +66,7 @@ class SuiteTask:
     max_length: int = 128
     max_train_samples: int | None = None
     max_eval_samples: int | None = None
-    training: dict[str, Any] = field(default_factory=dict)  # more recipe/TrainingArguments options, as --key value
+    training: dict[str, Any] = field(default_factory=dict)  # more settings of the recipe or TrainingArguments, by name
     train_file: str | None = None
     validation_file: str | None = None
     file: str | None = None

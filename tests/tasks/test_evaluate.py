@@ -168,7 +168,7 @@ def test_resume_runs_only_what_is_missing_or_incomplete(evaluated, monkeypatch):
     assert trainings.runs == [("people", "2")]
     assert summary["tasks"]["polarity"] == before["tasks"]["polarity"]
     # a result made with other settings is not reused: one more seed runs only that seed
-    trainings.runs.clear()
+    trainings.calls.clear()
     evaluate(str(evaluated["model"]), before["suite_file"], seeds=[1, 2, 3], output_dir=out, resume=True,
              tasks=["polarity"], progress=False)
     assert trainings.runs == [("polarity", "3")]
