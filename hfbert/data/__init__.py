@@ -12,8 +12,8 @@ import importlib
 
 _EXPORTS = {
     "collator": ["DataCollatorForBertPretraining"],
-    "documents": ["CHAPTER_HEADING", "CorpusError", "LINE_LAYOUTS", "ReadStats", "read_document_range", "read_documents",
-                  "read_people_daily", "split_sentences"],
+    "documents": ["CHAPTER_HEADING", "CorpusError", "LINE_LAYOUTS", "ReadStats", "read_document_range",
+                  "read_documents", "read_people_daily", "split_sentences"],
     "manifest": ["Manifest"],
     "masking": ["MaskingSpec", "mask_sequence", "num_to_predict"],
     "nsp": ["create_instances_from_document", "truncate_seq_pair"],

@@ -86,7 +86,8 @@ class Schedule:
         """
 
     def time_up(self, seconds: float) -> bool:
-        """Whether the agreed clock ``seconds`` has reached the run's deadline (``--max_time_minutes`` or the budget)."""
+        """Whether the agreed clock ``seconds`` has reached the run's deadline (``--max_time_minutes`` or the
+        budget)."""
         raise NotImplementedError
 
     def done(self, step: int) -> bool:

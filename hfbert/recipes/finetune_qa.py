@@ -54,7 +54,8 @@ def main(argv=None) -> dict:
 
 
 def run(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> dict:
-    """Fine-tune for extractive question answering, then evaluate and save the run's folder (``training_args.output_dir``).
+    """Fine-tune for extractive question answering, then evaluate and save the run's folder
+    (``training_args.output_dir``).
 
     Args:
         model_args: the model to fine-tune.
